@@ -1,0 +1,17 @@
+//! Raw bindings to mlx-c 0.7.0 (MLX 0.32.2), generated at build time.
+//!
+//! This crate stands in for the published `mlx-sys` 0.7.0 (patched in by the workspace) so that
+//! the published `mlx-rs` 0.33.0 builds unchanged on Linux. Besides the generated bindings it
+//! provides the few items that mlx-c only declares on ARM, and that mlx-rs expects everywhere.
+#![allow(non_upper_case_globals)]
+#![allow(non_camel_case_types)]
+#![allow(non_snake_case)]
+#![allow(clippy::all)]
+#![allow(missing_docs)]
+
+include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+#[cfg(not(any(target_arch = "aarch64", target_os = "macos")))]
+mod half_shims;
+#[cfg(not(any(target_arch = "aarch64", target_os = "macos")))]
+pub use half_shims::*;

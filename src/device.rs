@@ -1,0 +1,115 @@
+//! The MLX devices a Burn tensor can live on.
+
+use burn_backend::{DeviceId, DeviceOps};
+use mlx_rs::{DeviceType, Stream};
+use std::sync::OnceLock;
+
+/// An MLX device: the CPU, or the GPU (Metal on Apple Silicon, CUDA on NVIDIA).
+///
+/// The default is the GPU when this build of MLX has one and the machine offers it, otherwise
+/// the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MlxDevice {
+    /// MLX's CPU backend (BLAS/LAPACK for linear algebra).
+    Cpu,
+    /// MLX's GPU backend: Metal on macOS, CUDA with the `cuda` build on Linux.
+    Gpu,
+}
+
+impl Default for MlxDevice {
+    fn default() -> Self {
+        if MlxDevice::gpu_available() {
+            MlxDevice::Gpu
+        } else {
+            MlxDevice::Cpu
+        }
+    }
+}
+
+impl MlxDevice {
+    /// Whether this MLX build can run on a GPU here (checked once).
+    pub fn gpu_available() -> bool {
+        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        *AVAILABLE.get_or_init(|| {
+            crate::ffi::device_available(DeviceType::Gpu)
+        })
+    }
+
+    /// Whether this device can be used in this process.
+    pub fn is_available(&self) -> bool {
+        match self {
+            MlxDevice::Cpu => true,
+            MlxDevice::Gpu => MlxDevice::gpu_available(),
+        }
+    }
+
+    /// Returns an error saying why the device cannot be used, if it cannot.
+    pub fn check(&self) -> Result<(), crate::MlxError> {
+        if self.is_available() {
+            Ok(())
+        } else {
+            Err(crate::MlxError::Device {
+                device: format!("{self:?}"),
+                hint: "this MLX build has no usable GPU (on Linux, build with the `cuda` \
+                       feature or BURN_MLX_CUDA=1 on a machine with an NVIDIA GPU; on macOS, use \
+                       Apple Silicon). Use MlxDevice::Cpu."
+                    .into(),
+            })
+        }
+    }
+
+    /// The MLX device type.
+    pub(crate) fn device_type(&self) -> DeviceType {
+        match self {
+            MlxDevice::Cpu => DeviceType::Cpu,
+            MlxDevice::Gpu => DeviceType::Gpu,
+        }
+    }
+
+    /// The default MLX stream of this device (cached per thread).
+    pub(crate) fn stream(&self) -> Stream {
+        thread_local! {
+            static CPU: Stream = Stream::cpu();
+            static GPU: Stream = Stream::gpu();
+        }
+        match self {
+            MlxDevice::Cpu => CPU.with(Stream::clone),
+            MlxDevice::Gpu => GPU.with(Stream::clone),
+        }
+    }
+
+    /// Runs `f` with this device's stream as the default for MLX ops on this thread.
+    ///
+    /// Ops on the process-wide default device skip the thread-local switch.
+    pub(crate) fn scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        if *self == MlxDevice::default() {
+            f()
+        } else {
+            if let Err(e) = self.check() {
+                panic!("{e}");
+            }
+            mlx_rs::with_stream(&self.stream(), f)
+        }
+    }
+}
+
+impl burn_backend::Device for MlxDevice {
+    fn from_id(device_id: DeviceId) -> Self {
+        match device_id.type_id {
+            0 => MlxDevice::Cpu,
+            _ => MlxDevice::Gpu,
+        }
+    }
+
+    fn to_id(&self) -> DeviceId {
+        DeviceId {
+            type_id: match self {
+                MlxDevice::Cpu => 0,
+                MlxDevice::Gpu => 1,
+            },
+            index_id: 0,
+        }
+    }
+}
+
+impl DeviceOps for MlxDevice {}

@@ -1,0 +1,169 @@
+//! The mlx-c calls that mlx-rs 0.33 does not wrap, with mlx-rs's conventions.
+//!
+//! Every raw `mlx_sys` call of the crate lives here; the op files use these safe functions.
+
+use crate::MlxError;
+use mlx_rs::{Array, DeviceType, Stream};
+use mlx_sys::{mlx_array, mlx_stream};
+use std::sync::Once;
+
+/// Makes sure mlx-rs has installed its MLX error handler, so that an MLX error is returned to
+/// the caller instead of ending the process (mlx-c's default handler exits).
+pub(crate) fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        // Any mlx-rs call that goes through its error guard installs the handler.
+        let _ = mlx_rs::Device::try_default();
+    });
+}
+
+/// Runs an mlx-c op that writes one array, on the thread's default stream.
+fn array_op(
+    op: &str,
+    f: impl FnOnce(*mut mlx_array, mlx_stream) -> std::os::raw::c_int,
+) -> Result<Array, MlxError> {
+    init();
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: `res` is a fresh mlx-c array handle that the op writes; on success it is owned by
+    // the returned `Array`, which frees it on drop; on failure it is freed here.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let rc = f(&mut res, stream.as_ptr());
+        if rc != 0 {
+            mlx_sys::mlx_array_free(res);
+            return Err(MlxError::mlx(
+                op,
+                "MLX rejected the operation (see the shapes and dtypes of its inputs)",
+            ));
+        }
+        Ok(Array::from_ptr(res))
+    }
+}
+
+macro_rules! binary_ffi {
+    ($(#[$doc:meta] $name:ident => $raw:ident),* $(,)?) => {$(
+        #[$doc]
+        pub(crate) fn $name(a: &Array, b: &Array) -> Result<Array, MlxError> {
+            // SAFETY: both inputs are live arrays for the duration of the call.
+            array_op(stringify!($name), |res, s| unsafe {
+                mlx_sys::$raw(res, a.as_ptr(), b.as_ptr(), s)
+            })
+        }
+    )*};
+}
+
+binary_ffi! {
+    /// Elementwise bitwise AND of two integer (or bool) arrays, with broadcasting.
+    bitwise_and => mlx_bitwise_and,
+    /// Elementwise bitwise OR.
+    bitwise_or => mlx_bitwise_or,
+    /// Elementwise bitwise XOR.
+    bitwise_xor => mlx_bitwise_xor,
+    /// Elementwise left shift.
+    left_shift => mlx_left_shift,
+    /// Elementwise right shift (arithmetic for signed types).
+    right_shift => mlx_right_shift,
+}
+
+/// Elementwise bitwise NOT.
+pub(crate) fn bitwise_invert(a: &Array) -> Result<Array, MlxError> {
+    // SAFETY: the input is live for the call.
+    array_op("bitwise_not", |res, s| unsafe {
+        mlx_sys::mlx_bitwise_invert(res, a.as_ptr(), s)
+    })
+}
+
+/// `a[start:stop:strides]` over every axis (negative strides walk backwards).
+pub(crate) fn slice(
+    a: &Array,
+    start: &[i32],
+    stop: &[i32],
+    strides: &[i32],
+) -> Result<Array, MlxError> {
+    // SAFETY: the slices outlive the call and their lengths are passed with them.
+    array_op("slice", |res, s| unsafe {
+        mlx_sys::mlx_slice(
+            res,
+            a.as_ptr(),
+            start.as_ptr(),
+            start.len(),
+            stop.as_ptr(),
+            stop.len(),
+            strides.as_ptr(),
+            strides.len(),
+            s,
+        )
+    })
+}
+
+/// A copy of `src` with `src[start:stop:strides] = update`.
+pub(crate) fn slice_update(
+    src: &Array,
+    update: &Array,
+    start: &[i32],
+    stop: &[i32],
+    strides: &[i32],
+) -> Result<Array, MlxError> {
+    // SAFETY: as in `slice`.
+    array_op("slice_assign", |res, s| unsafe {
+        mlx_sys::mlx_slice_update(
+            res,
+            src.as_ptr(),
+            update.as_ptr(),
+            start.as_ptr(),
+            start.len(),
+            stop.as_ptr(),
+            stop.len(),
+            strides.as_ptr(),
+            strides.len(),
+            s,
+        )
+    })
+}
+
+/// `a` plus `values` added at `indices` along `axis` (Burn's `scatter_add`).
+pub(crate) fn scatter_add_axis(
+    a: &Array,
+    indices: &Array,
+    values: &Array,
+    axis: i32,
+) -> Result<Array, MlxError> {
+    // SAFETY: the inputs are live for the call.
+    array_op("scatter_add", |res, s| unsafe {
+        mlx_sys::mlx_scatter_add_axis(res, a.as_ptr(), indices.as_ptr(), values.as_ptr(), axis, s)
+    })
+}
+
+/// Whether MLX can use a device of this type.
+pub(crate) fn device_available(kind: DeviceType) -> bool {
+    init();
+    // SAFETY: the device handle is created, queried and freed here.
+    unsafe {
+        let dev = mlx_sys::mlx_device_new_type(kind as u32, 0);
+        let mut avail = false;
+        let rc = mlx_sys::mlx_device_is_available(&mut avail, dev);
+        mlx_sys::mlx_device_free(dev);
+        rc == 0 && avail
+    }
+}
+
+/// Releases the buffers MLX keeps cached for reuse.
+pub(crate) fn clear_cache() {
+    init();
+    // SAFETY: no arguments; MLX synchronizes its allocator internally.
+    unsafe {
+        mlx_sys::mlx_clear_cache();
+    }
+}
+
+/// Bytes of memory MLX has allocated and not released (active, cache).
+pub fn memory_stats() -> (usize, usize) {
+    init();
+    let (mut active, mut cache) = (0usize, 0usize);
+    // SAFETY: valid out-pointers.
+    unsafe {
+        mlx_sys::mlx_get_active_memory(&mut active);
+        mlx_sys::mlx_get_cache_memory(&mut cache);
+    }
+    (active, cache)
+}

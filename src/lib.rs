@@ -1,0 +1,37 @@
+//! # burn-mlx
+//!
+//! Apple's [MLX](https://github.com/ml-explore/mlx) as a backend for the
+//! [Burn](https://burn.dev) deep-learning framework.
+//!
+//! ```no_run
+//! use burn_mlx::{Mlx, MlxDevice};
+//! use burn_tensor::Tensor;
+//!
+//! let device = MlxDevice::default();
+//! let a = Tensor::<Mlx, 2>::ones([2, 3], &device);
+//! let b = a.clone() * 2.0 + a;
+//! println!("{}", b);
+//! ```
+//!
+//! MLX runs on Apple Silicon (Metal), on Linux CPUs and on NVIDIA GPUs (CUDA). Ops build MLX's
+//! lazy graph; values are computed when data is read or [`Backend::sync`](burn_backend::Backend::sync)
+//! is called. [`MlxTensor`] gives direct access to the MLX arrays.
+#![warn(missing_docs)]
+
+mod backend;
+mod device;
+mod dtype;
+mod error;
+pub(crate) mod ffi;
+mod tensor;
+
+pub use backend::Mlx;
+pub use device::MlxDevice;
+pub use error::MlxError;
+pub use ffi::memory_stats;
+pub use tensor::MlxTensor;
+
+/// The types most programs need.
+pub mod prelude {
+    pub use crate::{Mlx, MlxDevice, MlxError, MlxTensor};
+}

@@ -1,0 +1,334 @@
+//! [`MlxTensor`]: the tensor primitive of the [`Mlx`](crate::Mlx) backend, and the helpers the
+//! op files share.
+
+use crate::dtype::{from_mlx, to_mlx};
+use crate::{MlxDevice, MlxError};
+use burn_backend::quantization::QuantScheme;
+use burn_backend::{DType, QTensorPrimitive, Scalar, Shape, TensorData, TensorMetadata};
+use mlx_rs::{Array, Dtype};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A lazily evaluated MLX array, used by Burn for float, int, bool and quantized tensors.
+///
+/// The element type is the array's own dtype. Operations only build MLX's graph; the values are
+/// computed when data leaves MLX ([`MlxTensor::to_vec`], `into_data`), on [`MlxTensor::eval`], or
+/// when Burn needs a shape that depends on the data.
+#[derive(Clone)]
+pub struct MlxTensor {
+    pub(crate) array: Array,
+    pub(crate) device: MlxDevice,
+    pub(crate) quant: Option<Arc<QuantParams>>,
+}
+
+/// What a quantized tensor carries besides its quantized values.
+#[derive(Debug)]
+pub(crate) struct QuantParams {
+    /// Burn's description of the quantization.
+    pub scheme: QuantScheme,
+    /// One scale per block (per tensor: a single value), as f32.
+    pub scales: Array,
+}
+
+// SAFETY (Sync): an `MlxTensor` owns a reference-counted handle to an immutable MLX array node
+// (mlx-rs already declares `Array: Send`). Shared access only reads the node's shape and dtype,
+// which never change, or clones the handle (an atomic reference count), or builds new graph nodes
+// that point at it. The one mutation MLX performs on a node is evaluation, which fills in its data
+// and detaches its inputs; burn-mlx performs every evaluation and every data read while holding
+// `EVAL_LOCK` (see `MlxTensor::eval` and `into_data`), so two threads never evaluate concurrently.
+// The multi-threaded stress test in tests/threads.rs exercises this.
+unsafe impl Sync for MlxTensor {}
+
+// SAFETY: the same argument as for `MlxTensor`: the scales array is immutable once built, and
+// evaluating it happens under `EVAL_LOCK`.
+unsafe impl Sync for QuantParams {}
+
+/// Serializes MLX graph evaluation and data reads across threads (see the `Sync` argument above).
+static EVAL_LOCK: Mutex<()> = Mutex::new(());
+
+pub(crate) fn eval_lock() -> MutexGuard<'static, ()> {
+    EVAL_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl fmt::Debug for MlxTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MlxTensor")
+            .field("shape", &self.array.shape())
+            .field("dtype", &self.array.dtype())
+            .field("device", &self.device)
+            .field("quantized", &self.quant.is_some())
+            .finish()
+    }
+}
+
+impl TensorMetadata for MlxTensor {
+    fn dtype(&self) -> DType {
+        match &self.quant {
+            Some(q) => DType::QFloat(q.scheme),
+            None => from_mlx(self.array.dtype()),
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::from(self.dims())
+    }
+
+    fn rank(&self) -> usize {
+        self.array.ndim()
+    }
+}
+
+impl QTensorPrimitive for MlxTensor {
+    fn scheme(&self) -> &QuantScheme {
+        static DEFAULT: std::sync::OnceLock<QuantScheme> = std::sync::OnceLock::new();
+        match &self.quant {
+            Some(q) => &q.scheme,
+            None => DEFAULT.get_or_init(QuantScheme::default),
+        }
+    }
+}
+
+impl MlxTensor {
+    /// Wraps an MLX array that lives on `device`.
+    pub fn from_array(array: Array, device: MlxDevice) -> Self {
+        Self {
+            array,
+            device,
+            quant: None,
+        }
+    }
+
+    /// The wrapped MLX array.
+    pub fn array(&self) -> &Array {
+        &self.array
+    }
+
+    /// Unwraps the MLX array.
+    pub fn into_array(self) -> Array {
+        self.array
+    }
+
+    /// The device the tensor's ops run on.
+    pub fn device(&self) -> MlxDevice {
+        self.device
+    }
+
+    /// The dimensions, as Burn counts them.
+    pub fn dims(&self) -> Vec<usize> {
+        self.array.shape().iter().map(|&d| d as usize).collect()
+    }
+
+    /// The MLX dtype.
+    pub fn mlx_dtype(&self) -> Dtype {
+        self.array.dtype()
+    }
+
+    /// A tensor with the same device whose array is `array`.
+    pub(crate) fn with(&self, array: Array) -> Self {
+        Self::from_array(array, self.device)
+    }
+
+    /// Computes the pending graph of this tensor.
+    pub fn eval(&self) -> Result<(), MlxError> {
+        let _guard = eval_lock();
+        self.array.eval().map_err(|e| MlxError::mlx("eval", e))
+    }
+
+    /// Builds a tensor from Burn's `TensorData` (the bytes are copied into MLX).
+    pub fn from_data(data: TensorData, device: MlxDevice) -> Result<Self, MlxError> {
+        device.check()?;
+        let dtype = match data.dtype {
+            DType::QFloat(_) => {
+                return Err(MlxError::Dtype {
+                    op: "from_data".into(),
+                    dtype: format!("{:?}", data.dtype),
+                    hint: "quantized data goes through `q_from_data`".into(),
+                })
+            }
+            DType::Bool(burn_backend::BoolStore::U8) => Dtype::Uint8,
+            DType::Bool(burn_backend::BoolStore::U32) => Dtype::Uint32,
+            other => to_mlx(other),
+        };
+        if dtype == Dtype::Float64 && device == MlxDevice::Gpu {
+            return Err(f64_on_gpu("from_data"));
+        }
+        let shape = to_i32_shape(data.shape.as_slice(), "from_data")?;
+        let bytes = data.as_bytes();
+        let array = if bytes.is_empty() {
+            device.scope(|| mlx_rs::ops::zeros_dtype(&shape, dtype))
+                .map_err(|e| MlxError::mlx("from_data", e))?
+        } else {
+            // SAFETY: `bytes` holds `prod(shape)` elements of `dtype` (TensorData's invariant),
+            // and MLX copies them before this call returns.
+            unsafe { Array::from_raw_data(bytes.as_ptr().cast(), &shape, dtype) }
+        };
+        let array = match data.dtype {
+            DType::Bool(burn_backend::BoolStore::U8 | burn_backend::BoolStore::U32) => array
+                .as_dtype(Dtype::Bool)
+                .map_err(|e| MlxError::mlx("from_data", e))?,
+            _ => array,
+        };
+        Ok(Self::from_array(array, device))
+    }
+
+    /// Evaluates the tensor and copies its values into Burn's `TensorData`.
+    pub fn to_data(&self) -> Result<TensorData, MlxError> {
+        let dims = self.dims();
+        let dtype = self.array.dtype();
+        let burn_dtype = from_mlx(dtype);
+        if self.array.size() == 0 {
+            return Ok(TensorData::from_bytes_vec(Vec::new(), dims, burn_dtype));
+        }
+        let contiguous = self
+            .array
+            .contiguous()
+            .map_err(|e| MlxError::mlx("into_data", e))?;
+        let _guard = eval_lock();
+        contiguous
+            .eval()
+            .map_err(|e| MlxError::mlx("into_data", e))?;
+        let bytes = match dtype {
+            Dtype::Bool => raw_bytes(contiguous.try_as_slice::<bool>()),
+            Dtype::Uint8 => raw_bytes(contiguous.try_as_slice::<u8>()),
+            Dtype::Uint16 => raw_bytes(contiguous.try_as_slice::<u16>()),
+            Dtype::Uint32 => raw_bytes(contiguous.try_as_slice::<u32>()),
+            Dtype::Uint64 => raw_bytes(contiguous.try_as_slice::<u64>()),
+            Dtype::Int8 => raw_bytes(contiguous.try_as_slice::<i8>()),
+            Dtype::Int16 => raw_bytes(contiguous.try_as_slice::<i16>()),
+            Dtype::Int32 => raw_bytes(contiguous.try_as_slice::<i32>()),
+            Dtype::Int64 => raw_bytes(contiguous.try_as_slice::<i64>()),
+            Dtype::Float16 => raw_bytes(contiguous.try_as_slice::<half::f16>()),
+            Dtype::Bfloat16 => raw_bytes(contiguous.try_as_slice::<half::bf16>()),
+            Dtype::Float32 => raw_bytes(contiguous.try_as_slice::<f32>()),
+            Dtype::Float64 => raw_bytes(contiguous.try_as_slice::<f64>()),
+            Dtype::Complex64 => {
+                return Err(MlxError::Dtype {
+                    op: "into_data".into(),
+                    dtype: "complex64".into(),
+                    hint: "Burn has no complex dtype; take the real and imaginary parts".into(),
+                })
+            }
+        }
+        .map_err(|e| MlxError::mlx("into_data", e))?;
+        Ok(TensorData::from_bytes_vec(bytes, dims, burn_dtype))
+    }
+}
+
+/// Copies a typed slice into bytes.
+fn raw_bytes<T: Copy, E>(slice: Result<&[T], E>) -> Result<Vec<u8>, E> {
+    let slice = slice?;
+    // SAFETY: any initialized `T: Copy` value is readable as bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(slice.as_ptr().cast::<u8>(), std::mem::size_of_val(slice))
+    };
+    Ok(bytes.to_vec())
+}
+
+/// The error for f64 on a GPU, which MLX does not support there.
+pub(crate) fn f64_on_gpu(op: &str) -> MlxError {
+    MlxError::Dtype {
+        op: op.into(),
+        dtype: "f64".into(),
+        hint: "MLX supports f64 only on the CPU: use MlxDevice::Cpu, or f32".into(),
+    }
+}
+
+/// Converts Burn dimensions to MLX's `i32` dimensions.
+pub(crate) fn to_i32_shape(dims: &[usize], op: &str) -> Result<Vec<i32>, MlxError> {
+    dims.iter()
+        .map(|&d| {
+            i32::try_from(d).map_err(|_| MlxError::Shape {
+                op: op.into(),
+                shapes: format!("{dims:?} (MLX dimensions are limited to 2^31 - 1)"),
+            })
+        })
+        .collect()
+}
+
+/// Describes arrays for error messages: `[2, 3] f32, [3] i64`.
+pub(crate) fn describe(arrays: &[&Array]) -> String {
+    arrays
+        .iter()
+        .map(|a| format!("{:?} {:?}", a.shape(), a.dtype()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Unwraps an MLX result inside an infallible Burn op, panicking with the op, shapes and dtypes.
+pub(crate) trait OrPanic<T> {
+    /// Panics with a message naming `op` and describing `inputs` when `self` is an error.
+    fn or_panic(self, op: &str, inputs: &[&Array]) -> T;
+}
+
+impl<T, E: fmt::Display> OrPanic<T> for Result<T, E> {
+    #[track_caller]
+    fn or_panic(self, op: &str, inputs: &[&Array]) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => panic!(
+                "burn-mlx: `{op}` failed for inputs [{}]: {e}",
+                describe(inputs)
+            ),
+        }
+    }
+}
+
+/// A 0-d MLX array holding `value` converted to `dtype`.
+pub(crate) fn scalar_array(value: Scalar, dtype: Dtype) -> Array {
+    match dtype {
+        Dtype::Bool => Array::from_bool(scalar_bool(value)),
+        Dtype::Float64 => Array::from_slice_f64(&[scalar_f64(value)], &[]),
+        Dtype::Float32 => Array::from_f32(scalar_f64(value) as f32),
+        Dtype::Float16 => Array::from_slice(&[half::f16::from_f64(scalar_f64(value))], &[]),
+        Dtype::Bfloat16 => Array::from_slice(&[half::bf16::from_f64(scalar_f64(value))], &[]),
+        Dtype::Int64 => Array::from_slice(&[scalar_i64(value)], &[]),
+        Dtype::Int32 => Array::from_int(scalar_i64(value) as i32),
+        Dtype::Int16 => Array::from_slice(&[scalar_i64(value) as i16], &[]),
+        Dtype::Int8 => Array::from_slice(&[scalar_i64(value) as i8], &[]),
+        Dtype::Uint64 => Array::from_slice(&[scalar_u64(value)], &[]),
+        Dtype::Uint32 => Array::from_slice(&[scalar_u64(value) as u32], &[]),
+        Dtype::Uint16 => Array::from_slice(&[scalar_u64(value) as u16], &[]),
+        Dtype::Uint8 => Array::from_slice(&[scalar_u64(value) as u8], &[]),
+        Dtype::Complex64 => Array::from_f32(scalar_f64(value) as f32),
+    }
+}
+
+/// The scalar as f64.
+pub(crate) fn scalar_f64(value: Scalar) -> f64 {
+    match value {
+        Scalar::Float(v) => v,
+        Scalar::Int(v) => v as f64,
+        Scalar::UInt(v) => v as f64,
+        Scalar::Bool(v) => v as u8 as f64,
+    }
+}
+
+/// The scalar as i64 (floats truncate toward zero).
+pub(crate) fn scalar_i64(value: Scalar) -> i64 {
+    match value {
+        Scalar::Float(v) => v as i64,
+        Scalar::Int(v) => v,
+        Scalar::UInt(v) => v as i64,
+        Scalar::Bool(v) => v as i64,
+    }
+}
+
+/// The scalar as u64 (negative values wrap, as a cast does).
+pub(crate) fn scalar_u64(value: Scalar) -> u64 {
+    match value {
+        Scalar::Float(v) => v as u64,
+        Scalar::Int(v) => v as u64,
+        Scalar::UInt(v) => v,
+        Scalar::Bool(v) => v as u64,
+    }
+}
+
+/// The scalar as bool (non-zero is true).
+pub(crate) fn scalar_bool(value: Scalar) -> bool {
+    match value {
+        Scalar::Float(v) => v != 0.0,
+        Scalar::Int(v) => v != 0,
+        Scalar::UInt(v) => v != 0,
+        Scalar::Bool(v) => v,
+    }
+}
