@@ -30,9 +30,7 @@ impl MlxDevice {
     /// Whether this MLX build can run on a GPU here (checked once).
     pub fn gpu_available() -> bool {
         static AVAILABLE: OnceLock<bool> = OnceLock::new();
-        *AVAILABLE.get_or_init(|| {
-            crate::ffi::device_available(DeviceType::Gpu)
-        })
+        *AVAILABLE.get_or_init(|| crate::ffi::device_available(DeviceType::Gpu))
     }
 
     /// Whether this device can be used in this process.
@@ -55,14 +53,6 @@ impl MlxDevice {
                        Apple Silicon). Use MlxDevice::Cpu."
                     .into(),
             })
-        }
-    }
-
-    /// The MLX device type.
-    pub(crate) fn device_type(&self) -> DeviceType {
-        match self {
-            MlxDevice::Cpu => DeviceType::Cpu,
-            MlxDevice::Gpu => DeviceType::Gpu,
         }
     }
 

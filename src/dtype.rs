@@ -1,6 +1,6 @@
 //! Conversions between Burn's and MLX's element types.
 
-use burn_backend::{BoolDType, BoolStore, DType, FloatDType, IntDType};
+use burn_backend::{BoolStore, DType, FloatDType, IntDType};
 use mlx_rs::Dtype;
 
 /// MLX dtype for a Burn dtype. Quantized dtypes map to their storage (handled by the caller).
@@ -53,11 +53,6 @@ pub(crate) fn float_mlx(dtype: FloatDType) -> Dtype {
 /// MLX dtype of a Burn int dtype.
 pub(crate) fn int_mlx(dtype: IntDType) -> Dtype {
     to_mlx(dtype.into())
-}
-
-/// MLX dtype of a Burn bool dtype (MLX stores every bool natively).
-pub(crate) fn bool_mlx(_dtype: BoolDType) -> Dtype {
-    Dtype::Bool
 }
 
 /// Whether the MLX dtype is a floating-point type.

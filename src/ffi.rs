@@ -167,3 +167,19 @@ pub fn memory_stats() -> (usize, usize) {
     }
     (active, cache)
 }
+
+/// Waits until every evaluation queued on the default stream has finished.
+pub(crate) fn synchronize() -> Result<(), MlxError> {
+    init();
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: the stream handle is live for the call.
+    let rc = unsafe { mlx_sys::mlx_synchronize(stream.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(MlxError::mlx(
+            "sync",
+            "MLX could not synchronize the stream",
+        ))
+    }
+}

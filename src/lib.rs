@@ -18,13 +18,16 @@
 //! is called. [`MlxTensor`] gives direct access to the MLX arrays.
 #![warn(missing_docs)]
 
+mod api;
 mod backend;
 mod device;
 mod dtype;
 mod error;
 pub(crate) mod ffi;
+mod ops;
 mod tensor;
 
+pub use api::{MlxElement, MlxOps};
 pub use backend::Mlx;
 pub use device::MlxDevice;
 pub use error::MlxError;
@@ -33,5 +36,5 @@ pub use tensor::MlxTensor;
 
 /// The types most programs need.
 pub mod prelude {
-    pub use crate::{Mlx, MlxDevice, MlxError, MlxTensor};
+    pub use crate::{Mlx, MlxDevice, MlxError, MlxOps, MlxTensor};
 }

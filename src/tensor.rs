@@ -26,8 +26,15 @@ pub struct MlxTensor {
 pub(crate) struct QuantParams {
     /// Burn's description of the quantization.
     pub scheme: QuantScheme,
-    /// One scale per block (per tensor: a single value), as f32.
+    /// The f32 scales, as Burn gives them (a zero scale is read as 0.1 when values are computed,
+    /// as burn-ndarray does). Without `per_element`: one value per tensor (shape `[1]`), or one
+    /// per block (shape `[num_blocks]`), blocks being consecutive runs of `block_size` elements
+    /// in the row-major order of the tensor's logical shape.
     pub scales: Array,
+    /// Set once a layout op (permute, slice, select, flip, expand, gather…) has moved the values
+    /// of a block-quantized tensor out of their blocks: `scales` then has the tensor's own shape
+    /// and holds each value's scale (see `src/ops/qtensor.rs`).
+    pub per_element: bool,
 }
 
 // SAFETY (Sync): an `MlxTensor` owns a reference-counted handle to an immutable MLX array node
@@ -47,7 +54,9 @@ unsafe impl Sync for QuantParams {}
 static EVAL_LOCK: Mutex<()> = Mutex::new(());
 
 pub(crate) fn eval_lock() -> MutexGuard<'static, ()> {
-    EVAL_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    EVAL_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl fmt::Debug for MlxTensor {
@@ -155,7 +164,8 @@ impl MlxTensor {
         let shape = to_i32_shape(data.shape.as_slice(), "from_data")?;
         let bytes = data.as_bytes();
         let array = if bytes.is_empty() {
-            device.scope(|| mlx_rs::ops::zeros_dtype(&shape, dtype))
+            device
+                .scope(|| mlx_rs::ops::zeros_dtype(&shape, dtype))
                 .map_err(|e| MlxError::mlx("from_data", e))?
         } else {
             // SAFETY: `bytes` holds `prod(shape)` elements of `dtype` (TensorData's invariant),

@@ -1,0 +1,66 @@
+//! Burn's `ActivationOps` on MLX: native kernels where MLX has them.
+
+use super::base::{binary, unary};
+use crate::tensor::scalar_array;
+use crate::Mlx;
+use burn_backend::ops::ActivationOps;
+use burn_backend::tensor::FloatTensor;
+use mlx_rs::{ops, Array};
+
+impl ActivationOps<Self> for Mlx {
+    fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let zero = scalar_array(burn_backend::Scalar::Float(0.0), tensor.array.dtype());
+        unary(tensor, "relu", |a| ops::maximum(a, &zero))
+    }
+
+    fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        binary(output, grad, "relu_backward", |out, g| {
+            let zero = Array::from_f32(0.0).as_dtype(g.dtype())?;
+            ops::select(&out.gt(&zero)?, g, &zero)
+        })
+    }
+
+    fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        // x * (1 + erf(x / sqrt(2))) / 2, the exact GELU Burn defines.
+        unary(tensor, "gelu", |x| {
+            let dtype = x.dtype();
+            let c = Array::from_f32(std::f32::consts::FRAC_1_SQRT_2).as_dtype(dtype)?;
+            let half = Array::from_f32(0.5).as_dtype(dtype)?;
+            let one = Array::from_f32(1.0).as_dtype(dtype)?;
+            let e = ops::erf(x.multiply(&c)?)?;
+            x.multiply(&e.add(&one)?)?.multiply(&half)
+        })
+    }
+
+    fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        unary(tensor, "sigmoid", |a| ops::sigmoid(a))
+    }
+
+    fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        binary(output, grad, "sigmoid_backward", |s, g| {
+            let one = Array::from_f32(1.0).as_dtype(s.dtype())?;
+            s.multiply(&one.subtract(s)?)?.multiply(g)
+        })
+    }
+
+    fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        // log(sigmoid(x)) = -softplus(-x) = min(x, 0) - log1p(exp(-|x|)), stable for any x.
+        unary(tensor, "log_sigmoid", |x| {
+            let zero = Array::from_f32(0.0).as_dtype(x.dtype())?;
+            let m = ops::minimum(x, &zero)?;
+            m.subtract(&x.abs()?.negative()?.exp()?.log1p()?)
+        })
+    }
+
+    fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        unary(tensor, "softmax", |a| {
+            ops::softmax_axis(a, dim as i32, true)
+        })
+    }
+
+    fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        unary(tensor, "log_softmax", |a| {
+            a.subtract(&ops::logsumexp_axis(a, dim as i32, true)?)
+        })
+    }
+}

@@ -1,0 +1,131 @@
+//! Scaled dot-product attention on MLX's fused `fast::scaled_dot_product_attention`, with a
+//! composed path (`softmax(QKᵀ·scale + mask)·V`) for soft-capping, which the kernel lacks.
+//!
+//! Burn's bool mask marks positions to drop (`true` = masked); it becomes an additive mask of
+//! `-inf`. Rows whose every score is masked give zeros, as Burn's reference implementation
+//! does (a plain softmax would give NaN).
+
+use super::{float_const, run, Res};
+use crate::MlxTensor;
+use burn_backend::ops::AttentionModuleOptions;
+use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
+use mlx_rs::{ops, Array, Dtype};
+
+/// The additive causal mask `[q_len, k_len]`: `-inf` where the key comes after the query
+/// (aligned at the bottom-right corner, as Burn does for `k_len != q_len`).
+fn causal_mask(q_len: i32, k_len: i32, dtype: Dtype) -> Res {
+    let rows = ops::arange::<i32, i32>(None, q_len, None)?
+        .reshape(&[q_len, 1])?
+        .add(Array::from_int(k_len - q_len))?;
+    let cols = ops::arange::<i32, i32>(None, k_len, None)?.reshape(&[1, k_len])?;
+    let masked = cols.gt(&rows)?;
+    Ok(ops::select(
+        &masked,
+        float_const(&[f64::NEG_INFINITY], &[], dtype)?,
+        float_const(&[0.0], &[], dtype)?,
+    )?)
+}
+
+/// Attention over `[batch, heads, seq, dim]` tensors.
+pub(super) fn attention(
+    query: MlxTensor,
+    key: MlxTensor,
+    value: MlxTensor,
+    mask: Option<MlxTensor>,
+    attn_bias: Option<MlxTensor>,
+    options: AttentionModuleOptions,
+) -> MlxTensor {
+    if let Some(softcap) = options.softcap {
+        assert!(
+            softcap > 0.0,
+            "attention: softcap must be positive, got {softcap}"
+        );
+    }
+    let mut inputs = vec![&query, &key, &value];
+    if let Some(m) = &mask {
+        inputs.push(m);
+    }
+    if let Some(b) = &attn_bias {
+        inputs.push(b);
+    }
+    run("attention", &inputs, || {
+        let (q, k, v) = (&query.array, &key.array, &value.array);
+        if q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 {
+            return Err("attention expects [batch, heads, seq, dim] tensors"
+                .to_string()
+                .into());
+        }
+        let dtype = q.dtype();
+        let head_dim = q.shape()[3];
+        let (q_len, k_len) = (q.shape()[2], k.shape()[2]);
+        let scale = options
+            .scale
+            .unwrap_or_else(|| 1.0 / (head_dim as f64).sqrt());
+
+        // MLX's causal mode matches Burn's when no row is fully masked (k_len >= q_len) and
+        // nothing else is added; otherwise the causal mask is built explicitly.
+        let native_causal =
+            options.is_causal && mask.is_none() && attn_bias.is_none() && k_len >= q_len;
+
+        // Everything that is added to the scores, as one additive mask.
+        let mut additive: Option<Array> = None;
+        let mut push = |a: Array| -> Res<()> {
+            additive = Some(match additive.take() {
+                None => a,
+                Some(prev) => prev.add(&a)?,
+            });
+            Ok(())
+        };
+        if let Some(m) = &mask {
+            push(ops::select(
+                &m.array.as_dtype(Dtype::Bool)?,
+                float_const(&[f64::NEG_INFINITY], &[], dtype)?,
+                float_const(&[0.0], &[], dtype)?,
+            )?)?;
+        }
+        if let Some(b) = &attn_bias {
+            push(b.array.as_dtype(dtype)?)?;
+        }
+        if options.is_causal && !native_causal {
+            push(causal_mask(q_len, k_len, dtype)?)?;
+        }
+
+        let out = if let Some(softcap) = options.softcap {
+            let scores =
+                q.matmul(k.swap_axes(2, 3)?)?
+                    .multiply(float_const(&[scale], &[], dtype)?)?;
+            let cap = float_const(&[softcap], &[], dtype)?;
+            let scores = ops::tanh(scores.divide(&cap)?)?.multiply(&cap)?;
+            let scores = match &additive {
+                Some(a) => scores.add(a)?,
+                None => scores,
+            };
+            let scores = if native_causal {
+                scores.add(causal_mask(q_len, k_len, dtype)?)?
+            } else {
+                scores
+            };
+            ops::softmax_axis(&scores, -1, true)?.matmul(v)?
+        } else {
+            let mask_arg = match (&additive, native_causal) {
+                (Some(a), _) => Some(ScaledDotProductAttentionMask::Array(a)),
+                (None, true) => Some(ScaledDotProductAttentionMask::Causal),
+                (None, false) => None,
+            };
+            scaled_dot_product_attention(q, k, v, scale as f32, mask_arg, None)?
+        };
+
+        // Rows whose every position is masked give zeros (Burn's convention).
+        match &additive {
+            Some(a) => {
+                let dead = a.is_neg_inf()?.all_axis(-1, true)?;
+                Ok(ops::select(
+                    &dead,
+                    float_const(&[0.0], &[], out.dtype())?,
+                    &out,
+                )?)
+            }
+            None => Ok(out),
+        }
+    })
+}

@@ -1,0 +1,184 @@
+//! Convolutions and transposed convolutions (1d, 2d, 3d) on MLX's `conv_general`.
+//!
+//! Burn's layouts are channels-first (`[N, C, spatial...]`, weights `[O, I/groups, k...]`);
+//! MLX's are channels-last (`[N, spatial..., C]`, weights `[O, k..., I/groups]`). The input and
+//! weight are transposed on the way in and the output on the way out.
+
+use super::{channels_first, channels_last, ints, run, Res};
+use crate::MlxTensor;
+use burn_backend::ops::ConvTransposeOptions;
+use mlx_rs::{ops, Array};
+
+/// Adds a per-channel bias `[C]` to a channels-first array.
+fn add_bias(out: Array, bias: Option<&Array>) -> Res {
+    match bias {
+        None => Ok(out),
+        Some(b) => {
+            let mut shape = vec![1i32; out.ndim()];
+            shape[1] = -1;
+            Ok(out.add(b.reshape(&shape)?)?)
+        }
+    }
+}
+
+/// MLX `conv_general` on channels-last arrays, splitting grouped convolutions of more than two
+/// spatial dimensions (which MLX does not support) into one convolution per group.
+#[allow(clippy::too_many_arguments)]
+fn conv_general_grouped(
+    x: &Array,
+    w: &Array,
+    stride: &[i32],
+    padding: &[i32],
+    kernel_dilation: &[i32],
+    input_dilation: &[i32],
+    groups: usize,
+    flip: bool,
+) -> Res {
+    let spatial = x.ndim() - 2;
+    if groups == 1 || spatial <= 2 {
+        return Ok(ops::conv_general(
+            x,
+            w,
+            stride,
+            padding,
+            kernel_dilation,
+            input_dilation,
+            groups as i32,
+            flip,
+        )?);
+    }
+    let c_in = x.shape()[x.ndim() - 1] / groups as i32;
+    let c_out = w.shape()[0] / groups as i32;
+    let mut outs = Vec::with_capacity(groups);
+    for g in 0..groups as i32 {
+        let xg = slice_axis(x, x.ndim() - 1, g * c_in, (g + 1) * c_in)?;
+        let wg = slice_axis(w, 0, g * c_out, (g + 1) * c_out)?;
+        outs.push(ops::conv_general(
+            &xg,
+            &wg,
+            stride,
+            padding,
+            kernel_dilation,
+            input_dilation,
+            1,
+            flip,
+        )?);
+    }
+    Ok(ops::concatenate(&outs, x.ndim() as i32 - 1)?)
+}
+
+/// `a[start:stop]` along one axis.
+pub(crate) fn slice_axis(a: &Array, axis: usize, start: i32, stop: i32) -> Res {
+    let shape = a.shape();
+    let mut lo = vec![0; shape.len()];
+    let mut hi = shape.to_vec();
+    lo[axis] = start;
+    hi[axis] = stop;
+    let strides = vec![1; shape.len()];
+    Ok(crate::ffi::slice(a, &lo, &hi, &strides)?)
+}
+
+/// A convolution with any number of spatial dimensions (1, 2 or 3).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv(
+    x: MlxTensor,
+    weight: MlxTensor,
+    bias: Option<MlxTensor>,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+    op: &str,
+) -> MlxTensor {
+    let mut inputs = vec![&x, &weight];
+    if let Some(b) = &bias {
+        inputs.push(b);
+    }
+    run(op, &inputs, || {
+        let xl = channels_last(&x.array)?;
+        let wl = channels_last(&weight.array)?;
+        let out = conv_general_grouped(
+            &xl,
+            &wl,
+            &ints(stride),
+            &ints(padding),
+            &ints(dilation),
+            &vec![1; stride.len()],
+            groups,
+            false,
+        )?;
+        add_bias(channels_first(&out)?, bias.as_ref().map(|b| &b.array))
+    })
+}
+
+/// A transposed convolution with any number of spatial dimensions, composed on `conv_general`:
+/// the input is dilated by the stride, padded by `dilation * (kernel - 1) - padding` (plus the
+/// output padding at the end) and convolved with the spatially flipped kernel.
+pub(super) fn conv_transpose<const N: usize>(
+    x: MlxTensor,
+    weight: MlxTensor,
+    bias: Option<MlxTensor>,
+    options: &ConvTransposeOptions<N>,
+    op: &str,
+) -> MlxTensor {
+    let mut inputs = vec![&x, &weight];
+    if let Some(b) = &bias {
+        inputs.push(b);
+    }
+    run(op, &inputs, || {
+        let groups = options.groups;
+        let wdims = weight.dims();
+        if wdims.len() != N + 2 || wdims[0] % groups != 0 {
+            return Err(format!(
+                "weight must be [channels_in, channels_out / groups, kernel...] with channels_in \
+                 divisible by groups = {groups}"
+            )
+            .into());
+        }
+        let (c_in, c_out_g) = (wdims[0], wdims[1]);
+        let kernel = &wdims[2..];
+        // Burn's [C_in, C_out/g, k...] -> MLX's [C_out, k..., C_in/g], group by group.
+        let mut split = vec![groups as i32, (c_in / groups) as i32, c_out_g as i32];
+        split.extend(ints(kernel));
+        let w = weight.array.reshape(&split)?;
+        let mut axes = vec![0, 2];
+        axes.extend(3..(N as i32 + 3));
+        axes.push(1);
+        let w = w.transpose_axes(&axes)?;
+        let mut wshape = vec![(groups * c_out_g) as i32];
+        wshape.extend(ints(kernel));
+        wshape.push((c_in / groups) as i32);
+        let w = w.reshape(&wshape)?;
+
+        // Symmetric padding of `lo + padding_out` on each side, then the first `padding_out`
+        // outputs are dropped: that is padding `lo` before and `lo + padding_out` after.
+        let pad: Vec<i32> = (0..N)
+            .map(|i| {
+                (options.dilation[i] * (kernel[i] - 1)) as i32 - options.padding[i] as i32
+                    + options.padding_out[i] as i32
+            })
+            .collect();
+        let xl = channels_last(&x.array)?;
+        let out = conv_general_grouped(
+            &xl,
+            &w,
+            &vec![1; N],
+            &pad,
+            &ints(&options.dilation),
+            &ints(&options.stride),
+            groups,
+            true,
+        )?;
+        let out = if options.padding_out.iter().any(|&p| p > 0) {
+            let shape = out.shape().to_vec();
+            let mut lo = vec![0; shape.len()];
+            for i in 0..N {
+                lo[i + 1] = options.padding_out[i] as i32;
+            }
+            crate::ffi::slice(&out, &lo, &shape, &vec![1; shape.len()])?
+        } else {
+            out
+        };
+        add_bias(channels_first(&out)?, bias.as_ref().map(|b| &b.array))
+    })
+}

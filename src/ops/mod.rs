@@ -1,0 +1,10 @@
+//! Burn's op traits for [`Mlx`](crate::Mlx), one file per trait or op family.
+
+mod activation;
+pub(crate) mod base;
+mod bool_tensor;
+mod float;
+mod int;
+mod module;
+mod qtensor;
+mod transaction;
