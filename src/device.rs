@@ -56,22 +56,22 @@ impl MlxDevice {
         }
     }
 
-    /// The default MLX stream of this device (cached per thread).
+    /// The process-wide MLX stream of this device (see `ffi::thread_init`).
     pub(crate) fn stream(&self) -> Stream {
-        thread_local! {
-            static CPU: Stream = Stream::cpu();
-            static GPU: Stream = Stream::gpu();
-        }
-        match self {
-            MlxDevice::Cpu => CPU.with(Stream::clone),
-            MlxDevice::Gpu => GPU.with(Stream::clone),
-        }
+        crate::ffi::thread_init();
+        let device = match self {
+            MlxDevice::Cpu => mlx_rs::Device::cpu(),
+            MlxDevice::Gpu => mlx_rs::Device::gpu(),
+        };
+        Stream::try_default_on_device(&device)
+            .unwrap_or_else(|e| panic!("burn-mlx: no MLX stream for {self:?}: {e}"))
     }
 
     /// Runs `f` with this device's stream as the default for MLX ops on this thread.
     ///
     /// Ops on the process-wide default device skip the thread-local switch.
     pub(crate) fn scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        crate::ffi::thread_init();
         if *self == MlxDevice::default() {
             f()
         } else {

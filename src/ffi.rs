@@ -183,3 +183,57 @@ pub(crate) fn synchronize() -> Result<(), MlxError> {
         ))
     }
 }
+
+/// A stream handle that lives for the whole process.
+struct SharedStream(mlx_stream);
+
+// SAFETY: an `mlx_stream` is a handle to an immutable (index, device) pair. MLX creates these
+// with `new_thread_unsafe_stream`, which it documents as usable from any thread; burn-mlx
+// serializes evaluation on them with its evaluation lock.
+unsafe impl Send for SharedStream {}
+// SAFETY: as above; the handle itself is never mutated after creation.
+unsafe impl Sync for SharedStream {}
+
+/// The process-wide streams (CPU, GPU), created once.
+fn shared_streams() -> &'static [Option<SharedStream>; 2] {
+    static STREAMS: std::sync::OnceLock<[Option<SharedStream>; 2]> = std::sync::OnceLock::new();
+    STREAMS.get_or_init(|| {
+        init();
+        let make = |kind: DeviceType| {
+            if !device_available(kind) {
+                return None;
+            }
+            // SAFETY: the device handle is created and freed here; the stream handle is kept
+            // for the life of the process.
+            unsafe {
+                let dev = mlx_sys::mlx_device_new_type(kind as u32, 0);
+                let s = mlx_sys::mlx_stream_new_thread_unsafe(dev);
+                mlx_sys::mlx_device_free(dev);
+                Some(SharedStream(s))
+            }
+        };
+        [make(DeviceType::Cpu), make(DeviceType::Gpu)]
+    })
+}
+
+/// Makes the process-wide streams this thread's default MLX streams (once per thread).
+///
+/// MLX 0.32 gives every thread its own default streams, and an array built on one thread's
+/// stream cannot be evaluated on another thread ("There is no Stream(cpu, N) in current thread").
+/// Burn moves tensors between threads freely (data loaders, training threads), so burn-mlx builds
+/// every graph on one stream per device that any thread may use, and serializes evaluation.
+pub(crate) fn thread_init() {
+    thread_local! {
+        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if DONE.with(|d| d.get()) {
+        return;
+    }
+    for s in shared_streams().iter().flatten() {
+        // SAFETY: `s.0` is a live stream handle; MLX copies it into the thread's defaults.
+        unsafe {
+            mlx_sys::mlx_set_default_stream(s.0);
+        }
+    }
+    DONE.with(|d| d.set(true));
+}

@@ -54,6 +54,7 @@ unsafe impl Sync for QuantParams {}
 static EVAL_LOCK: Mutex<()> = Mutex::new(());
 
 pub(crate) fn eval_lock() -> MutexGuard<'static, ()> {
+    crate::ffi::thread_init();
     EVAL_LOCK
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -189,6 +190,7 @@ impl MlxTensor {
         if self.array.size() == 0 {
             return Ok(TensorData::from_bytes_vec(Vec::new(), dims, burn_dtype));
         }
+        crate::ffi::thread_init();
         let contiguous = self
             .array
             .contiguous()

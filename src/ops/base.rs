@@ -599,6 +599,7 @@ pub(crate) fn seed(seed: u64) {
 
 /// The next random key (a lazy MLX key array).
 fn next_key() -> Array {
+    ffi::thread_init();
     let mut state = RNG.lock().unwrap_or_else(|p| p.into_inner());
     let (seed, counter) = state.get_or_insert_with(|| {
         let now = std::time::SystemTime::now()

@@ -7,7 +7,7 @@
 use super::{channels_first, channels_last, ints, run, Res};
 use crate::MlxTensor;
 use burn_backend::ops::ConvTransposeOptions;
-use mlx_rs::{ops, Array};
+use mlx_rs::{ops, Array, Dtype};
 
 /// Adds a per-channel bias `[C]` to a channels-first array.
 fn add_bias(out: Array, bias: Option<&Array>) -> Res {
@@ -35,6 +35,19 @@ fn conv_general_grouped(
     flip: bool,
 ) -> Res {
     let spatial = x.ndim() - 2;
+    if x.dtype() == Dtype::Float64 || w.dtype() == Dtype::Float64 {
+        // MLX's convolution kernels have no f64 version.
+        return conv_im2col(
+            x,
+            w,
+            stride,
+            padding,
+            kernel_dilation,
+            input_dilation,
+            groups,
+            flip,
+        );
+    }
     if groups == 1 || spatial <= 2 {
         return Ok(ops::conv_general(
             x,
@@ -65,6 +78,116 @@ fn conv_general_grouped(
         )?);
     }
     Ok(ops::concatenate(&outs, x.ndim() as i32 - 1)?)
+}
+
+/// `conv_general` composed from strided windows and a matmul, for the dtypes MLX's convolution
+/// kernels lack (f64). Same arguments and layouts as [`conv_general_grouped`]; the padding may be
+/// negative (cropping).
+#[allow(clippy::too_many_arguments)]
+fn conv_im2col(
+    x: &Array,
+    w: &Array,
+    stride: &[i32],
+    padding: &[i32],
+    kernel_dilation: &[i32],
+    input_dilation: &[i32],
+    groups: usize,
+    flip: bool,
+) -> Res {
+    let spatial = x.ndim() - 2;
+    let at = |v: &[i32], i: usize| if v.len() == 1 { v[0] } else { v[i] };
+    let wshape = w.shape().to_vec();
+    let kernel = &wshape[1..=spatial];
+    let w = if flip {
+        let n = wshape.len();
+        let start: Vec<i32> = (0..n)
+            .map(|i| if (1..=spatial).contains(&i) { wshape[i] - 1 } else { 0 })
+            .collect();
+        let stop: Vec<i32> = (0..n)
+            .map(|i| if (1..=spatial).contains(&i) { -wshape[i] - 1 } else { wshape[i] })
+            .collect();
+        let strides: Vec<i32> = (0..n)
+            .map(|i| if (1..=spatial).contains(&i) { -1 } else { 1 })
+            .collect();
+        crate::ffi::slice(w, &start, &stop, &strides)?
+    } else {
+        w.clone()
+    };
+
+    let mut a = x.clone();
+    for i in 0..spatial {
+        let axis = i + 1;
+        // Input dilation: interleave `d - 1` zeros between the elements.
+        let d = at(input_dilation, i);
+        let len = a.shape()[axis];
+        if d > 1 && len > 1 {
+            let e = ops::expand_dims(&a, axis as i32 + 1)?;
+            let mut widths = vec![(0, 0); e.ndim()];
+            widths[axis + 1] = (0, d - 1);
+            let e = ops::pad(&e, &widths[..], None, None)?;
+            let mut shape = a.shape().to_vec();
+            shape[axis] = len * d;
+            a = slice_axis(&e.reshape(&shape)?, axis, 0, (len - 1) * d + 1)?;
+        }
+        // Padding (negative: cropping).
+        let p = at(padding, i);
+        if p > 0 {
+            let mut widths = vec![(0, 0); a.ndim()];
+            widths[axis] = (p, p);
+            a = ops::pad(&a, &widths[..], None, None)?;
+        } else if p < 0 {
+            let len = a.shape()[axis];
+            a = slice_axis(&a, axis, -p, len + p)?;
+        }
+    }
+
+    let shape = a.shape().to_vec();
+    let c = shape[spatial + 1] as i64;
+    let mut row = vec![0i64; spatial];
+    let mut acc = c;
+    for i in (0..spatial).rev() {
+        row[i] = acc;
+        acc *= shape[i + 1] as i64;
+    }
+    let out: Vec<i32> = (0..spatial)
+        .map(|i| {
+            let reach = at(kernel_dilation, i) * (kernel[i] - 1) + 1;
+            (shape[i + 1] - reach) / at(stride, i) + 1
+        })
+        .collect();
+    if out.iter().any(|&o| o <= 0) {
+        return Err("convolution output would be empty".to_string().into());
+    }
+    let n = shape[0];
+    let mut wshape_full = vec![n];
+    wshape_full.extend(&out);
+    wshape_full.extend(kernel);
+    wshape_full.push(c as i32);
+    let mut wstrides = vec![acc];
+    wstrides.extend((0..spatial).map(|i| at(stride, i) as i64 * row[i]));
+    wstrides.extend((0..spatial).map(|i| at(kernel_dilation, i) as i64 * row[i]));
+    wstrides.push(1);
+    let windows = ops::as_strided(&a, &wshape_full[..], &wstrides[..], 0)?;
+
+    let g = groups as i32;
+    let positions: i32 = n * out.iter().product::<i32>();
+    let taps: i32 = kernel.iter().product();
+    let cg = c as i32 / g;
+    let o = wshape[0];
+    // [positions, taps, g, cg] -> [g, positions, taps * cg]
+    let cols = windows
+        .reshape(&[positions, taps, g, cg])?
+        .transpose_axes(&[2, 0, 1, 3])?
+        .reshape(&[g, positions, taps * cg])?;
+    // [o, k..., cg] -> [g, taps * cg, o / g]
+    let wm = w
+        .reshape(&[g, o / g, taps * cg])?
+        .transpose_axes(&[0, 2, 1])?;
+    let res = cols.matmul(&wm)?.transpose_axes(&[1, 0, 2])?;
+    let mut oshape = vec![n];
+    oshape.extend(&out);
+    oshape.push(o);
+    Ok(res.reshape(&oshape)?)
 }
 
 /// `a[start:stop]` along one axis.

@@ -256,7 +256,7 @@ fn q_to_data(tensor: MlxTensor) -> Result<TensorData, ExecutionError> {
     let scales = read::<f32>(scales_f32, tensor.device)?;
     let scales = match block_elems(&scheme) {
         Some(block) if q.per_element => {
-            if values.len() % block != 0 {
+            if !values.len().is_multiple_of(block) {
                 return Err(ExecutionError::WithContext {
                     reason: format!(
                         "burn-mlx: `q_into_data`: a tensor of shape {dims:?} cannot be split into \
@@ -339,7 +339,7 @@ impl QTensorOps<Self> for Mlx {
         let expected = match block_elems(scheme) {
             None => 1,
             Some(block) => {
-                if numel % block != 0 {
+                if !numel.is_multiple_of(block) {
                     panic!(
                         "burn-mlx: `{OP}`: a tensor of shape {dims:?} cannot be split into blocks \
                          of {block} values ({scheme:?})"
