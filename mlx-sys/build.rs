@@ -47,7 +47,10 @@ fn main() {
 /// Stops the build with a message for the user (no backtrace).
 fn fail(what: impl Display) -> ! {
     eprintln!("\nerror: burn-mlx could not build its native layer (mlx-sys):\n  {what}\n");
-    println!("cargo:warning=mlx-sys: {}", what.to_string().replace('\n', " "));
+    println!(
+        "cargo:warning=mlx-sys: {}",
+        what.to_string().replace('\n', " ")
+    );
     std::process::exit(1);
 }
 
@@ -342,7 +345,10 @@ mod linux {
         let _ = fs::remove_dir_all(dest);
         fs::create_dir_all(&tmp).unwrap_or_else(|e| fail(e));
         let spec = format!("{package}=={MLX_VERSION}");
-        println!("cargo:warning=mlx-sys: downloading {spec} from PyPI into {}", root.display());
+        println!(
+            "cargo:warning=mlx-sys: downloading {spec} from PyPI into {}",
+            root.display()
+        );
         run(
             Command::new(&python)
                 .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
@@ -362,7 +368,12 @@ mod linux {
                     .map(|e| e.path())
                     .find(|p| p.extension().is_some_and(|x| x == "whl"))
             })
-            .unwrap_or_else(|| fail(format!("pip reported success but left no wheel in {}", tmp.display())));
+            .unwrap_or_else(|| {
+                fail(format!(
+                    "pip reported success but left no wheel in {}",
+                    tmp.display()
+                ))
+            });
         let unpacked = tmp.join("unpacked");
         run(
             Command::new(&python)
@@ -380,7 +391,10 @@ mod linux {
             .and_then(|mut f| f.write_all(format!("{package}=={MLX_VERSION}\n").as_bytes()))
             .unwrap_or_else(|e| fail(e));
         fs::rename(&unpacked, dest).unwrap_or_else(|e| {
-            fail(format!("cannot move the unpacked wheel into {}: {e}", dest.display()))
+            fail(format!(
+                "cannot move the unpacked wheel into {}: {e}",
+                dest.display()
+            ))
         });
         let _ = fs::remove_dir_all(&tmp);
     }
@@ -408,7 +422,9 @@ mod linux {
         for entry in fs::read_dir(&libs).into_iter().flatten().flatten() {
             let path = entry.path();
             let file = path.file_name().unwrap().to_string_lossy().into_owned();
-            if file.ends_with(".orig") || !(file.starts_with("libblas-") || file.starts_with("liblapack-")) {
+            if file.ends_with(".orig")
+                || !(file.starts_with("libblas-") || file.starts_with("liblapack-"))
+            {
                 continue;
             }
             blas_found = true;

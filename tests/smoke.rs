@@ -18,7 +18,11 @@ fn matmul_reduction_and_random_run_on_mlx() {
     let mean = u.mean(None).unwrap().item::<f32>();
     assert!((mean - 0.5).abs() < 0.02, "uniform mean {mean}");
     let u2 = random::uniform::<_, f32>(0.0, 1.0, &[10_000], Some(&key)).unwrap();
-    assert_eq!(u.as_slice::<f32>(), u2.as_slice::<f32>(), "same key, same values");
+    assert_eq!(
+        u.as_slice::<f32>(),
+        u2.as_slice::<f32>(),
+        "same key, same values"
+    );
 }
 
 #[test]
@@ -26,10 +30,18 @@ fn half_precision_round_trips() {
     use half::{bf16, f16};
     let a = Array::from_slice(&[1.5f32, -2.25], &[2]);
     let h = a.as_dtype(mlx_rs::Dtype::Float16).unwrap();
-    assert_eq!(h.as_slice::<f16>(), &[f16::from_f32(1.5), f16::from_f32(-2.25)]);
+    assert_eq!(
+        h.as_slice::<f16>(),
+        &[f16::from_f32(1.5), f16::from_f32(-2.25)]
+    );
     let b = a.as_dtype(mlx_rs::Dtype::Bfloat16).unwrap();
-    assert_eq!(b.as_slice::<bf16>(), &[bf16::from_f32(1.5), bf16::from_f32(-2.25)]);
-    let one = Array::from_slice(&[3.0f32], &[1]).as_dtype(mlx_rs::Dtype::Float16).unwrap();
+    assert_eq!(
+        b.as_slice::<bf16>(),
+        &[bf16::from_f32(1.5), bf16::from_f32(-2.25)]
+    );
+    let one = Array::from_slice(&[3.0f32], &[1])
+        .as_dtype(mlx_rs::Dtype::Float16)
+        .unwrap();
     assert_eq!(one.item::<f16>(), f16::from_f32(3.0));
 }
 

@@ -5,9 +5,7 @@
 //! so reading a float16 or bfloat16 array through the `uint16` accessors returns its raw bits,
 //! which is exactly what mlx-rs expects (`f16::from_bits`, `bf16::from_bits`).
 
-use super::{
-    mlx_array, mlx_array_data_uint16, mlx_array_item_uint16,
-};
+use super::{mlx_array, mlx_array_data_uint16, mlx_array_item_uint16};
 
 /// The bits of an IEEE 754 half-precision float, as mlx-rs reads them (`.0`).
 #[repr(transparent)]
@@ -65,7 +63,10 @@ pub unsafe extern "C" fn mlx_array_data_bfloat16(arr: mlx_array) -> *const bfloa
 /// Always safe to call; `unsafe` only to match the foreign declaration mlx-rs uses.
 #[no_mangle]
 pub unsafe extern "C" fn mach_approximate_time() -> u64 {
-    let mut ts = libc_timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc_timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec to a valid pointer.
     if clock_gettime(CLOCK_MONOTONIC, &mut ts) != 0 {
         return 0;

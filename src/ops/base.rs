@@ -657,3 +657,74 @@ pub(crate) fn random(
         .or_panic("random", &[]);
     MlxTensor::from_array(out, *device)
 }
+
+/// Row-major positions in the first `K` axes of `dims` addressed by `indices[..., K]`, flattened
+/// to `[M]`, with the batch shape `indices.shape[..-1]`.
+fn nd_positions(dims: &[i32], indices: &Array) -> Result<(Array, Vec<i32>), Exception> {
+    let ishape = indices.shape();
+    let k = *ishape.last().unwrap_or(&0) as usize;
+    let batch = ishape[..ishape.len().saturating_sub(1)].to_vec();
+    let mut strides = vec![1i64; k];
+    for i in (0..k.saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * dims[i + 1] as i64;
+    }
+    let strides = Array::from_slice(&strides, &[k as i32]);
+    let linear = indices
+        .as_dtype(Dtype::Int64)?
+        .multiply(&strides)?
+        .sum_axis(-1, false)?;
+    let m: i32 = batch.iter().product();
+    Ok((linear.reshape(&[m])?, batch))
+}
+
+/// `data` seen as `[prod(dims[..k]), dims[k..]...]`.
+fn nd_flatten(data: &Array, k: usize) -> MlxResult {
+    let dims = data.shape();
+    let n: i32 = dims[..k].iter().product();
+    let mut flat = vec![n];
+    flat.extend_from_slice(&dims[k..]);
+    data.reshape(&flat)
+}
+
+/// Burn's `gather_nd`: `out[b...] = data[indices[b..., 0], ..., indices[b..., K-1], ...]`.
+pub(crate) fn gather_nd(data: MlxTensor, indices: MlxTensor) -> MlxTensor {
+    let idx = indices.array.clone();
+    unary(data, "gather_nd", move |a| {
+        let dims = a.shape().to_vec();
+        let k = *idx.shape().last().unwrap_or(&0) as usize;
+        let (linear, batch) = nd_positions(&dims, &idx)?;
+        let taken = ops::indexing::take_axis(&nd_flatten(a, k)?, &linear, 0)?;
+        let mut out = batch;
+        out.extend_from_slice(&dims[k..]);
+        taken.reshape(&out)
+    })
+}
+
+/// Burn's `scatter_nd`: combines `values` into `data` at the positions `indices` address.
+pub(crate) fn scatter_nd(
+    data: MlxTensor,
+    indices: MlxTensor,
+    values: MlxTensor,
+    reduction: burn_backend::tensor::IndexingUpdateOp,
+) -> MlxTensor {
+    use burn_backend::tensor::IndexingUpdateOp as Op;
+    let values = cast(values, data.array.dtype());
+    let (idx, vals) = (indices.array.clone(), values.array.clone());
+    unary(data, "scatter_nd", move |a| {
+        let dims = a.shape().to_vec();
+        let k = *idx.shape().last().unwrap_or(&0) as usize;
+        let (linear, _) = nd_positions(&dims, &idx)?;
+        let mut upd_shape = vec![linear.shape()[0], 1];
+        upd_shape.extend_from_slice(&dims[k..]);
+        let updates = vals.reshape(&upd_shape)?;
+        let flat = nd_flatten(a, k)?;
+        let out = match reduction {
+            Op::Assign => ops::indexing::scatter_single(&flat, &linear, &updates, 0)?,
+            Op::Add => ops::indexing::scatter_add_single(&flat, &linear, &updates, 0)?,
+            Op::Mul => ops::indexing::scatter_prod_single(&flat, &linear, &updates, 0)?,
+            Op::Min => ops::indexing::scatter_min_single(&flat, &linear, &updates, 0)?,
+            Op::Max => ops::indexing::scatter_max_single(&flat, &linear, &updates, 0)?,
+        };
+        out.reshape(&dims)
+    })
+}

@@ -217,6 +217,19 @@ impl FloatTensorOps<Self> for Mlx {
         base::scatter_add(dim, tensor, indices, value)
     }
 
+    fn float_gather_nd(data: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        base::gather_nd(data, indices)
+    }
+
+    fn float_scatter_nd(
+        data: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        values: FloatTensor<Self>,
+        reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> FloatTensor<Self> {
+        base::scatter_nd(data, indices, values, reduction)
+    }
+
     fn float_select(
         tensor: FloatTensor<Self>,
         dim: usize,

@@ -119,6 +119,19 @@ impl IntTensorOps<Self> for Mlx {
         base::scatter_add(dim, tensor, indices, value)
     }
 
+    fn int_gather_nd(data: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> {
+        base::gather_nd(data, indices)
+    }
+
+    fn int_scatter_nd(
+        data: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        values: IntTensor<Self>,
+        reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> IntTensor<Self> {
+        base::scatter_nd(data, indices, values, reduction)
+    }
+
     fn int_select(
         tensor: IntTensor<Self>,
         dim: usize,
