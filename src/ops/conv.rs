@@ -274,34 +274,140 @@ pub(super) fn conv_transpose<const N: usize>(
         let w = w.reshape(&wshape)?;
 
         // Symmetric padding of `lo + padding_out` on each side, then the first `padding_out`
-        // outputs are dropped: that is padding `lo` before and `lo + padding_out` after.
+        // outputs are dropped: that is padding `lo` before and `lo + padding_out` after. A
+        // negative padding crops instead; MLX would apply it before the input dilation, so the
+        // convolution runs unpadded and the output is cropped.
         let pad: Vec<i32> = (0..N)
             .map(|i| {
                 (options.dilation[i] * (kernel[i] - 1)) as i32 - options.padding[i] as i32
                     + options.padding_out[i] as i32
             })
             .collect();
+        let conv_pad: Vec<i32> = pad.iter().map(|&p| p.max(0)).collect();
         let xl = channels_last(&x.array)?;
         let out = conv_general_grouped(
             &xl,
             &w,
             &vec![1; N],
-            &pad,
+            &conv_pad,
             &ints(&options.dilation),
             &ints(&options.stride),
             groups,
             true,
         )?;
-        let out = if options.padding_out.iter().any(|&p| p > 0) {
+        let crop: Vec<i32> = (0..N)
+            .map(|i| (-pad[i]).max(0) + options.padding_out[i] as i32)
+            .collect();
+        let out = if crop.iter().any(|&c| c > 0) || pad.iter().any(|&p| p < 0) {
             let shape = out.shape().to_vec();
             let mut lo = vec![0; shape.len()];
+            let mut hi = shape.clone();
             for i in 0..N {
-                lo[i + 1] = options.padding_out[i] as i32;
+                lo[i + 1] = crop[i];
+                hi[i + 1] = shape[i + 1] - (-pad[i]).max(0);
             }
-            crate::ffi::slice(&out, &lo, &shape, &vec![1; shape.len()])?
+            crate::ffi::slice(&out, &lo, &hi, &vec![1; shape.len()])?
         } else {
             out
         };
         add_bias(channels_first(&out)?, bias.as_ref().map(|b| &b.array))
+    })
+}
+
+/// Moves the batch axis of `a` (`[N, C, spatial...]`) to the end as the channel axis, with the
+/// channel axis split as `[groups, C / groups]`: `[C / groups, spatial..., groups * N]`.
+fn batch_as_channels(a: &Array, groups: i32) -> Res {
+    let s = a.shape().to_vec();
+    let r = s.len() as i32;
+    let mut split = vec![s[0], groups, s[1] / groups];
+    split.extend(&s[2..]);
+    let a = a.reshape(&split)?;
+    // [N, g, Cg, S...] -> [Cg, S..., g, N]
+    let mut axes = vec![2];
+    axes.extend(3..r + 1);
+    axes.push(1);
+    axes.push(0);
+    let a = a.transpose_axes(&axes)?;
+    let mut shape = vec![s[1] / groups];
+    shape.extend(&s[2..]);
+    shape.push(groups * s[0]);
+    Ok(a.reshape(&shape)?)
+}
+
+/// Keeps the first `kernel` elements of each spatial axis of a channels-last array.
+fn crop_kernel(out: &Array, kernel: &[i32]) -> Res {
+    let shape = out.shape().to_vec();
+    let mut hi = shape.clone();
+    hi[1..=kernel.len()].copy_from_slice(kernel);
+    let lo = vec![0; shape.len()];
+    Ok(crate::ffi::slice(out, &lo, &hi, &vec![1; shape.len()])?)
+}
+
+/// The gradient of a convolution with respect to its weight, as one (grouped) convolution of
+/// the input with the output gradient, the batch playing the role of the channels.
+pub(super) fn conv_weight_backward(
+    x: MlxTensor,
+    weight: MlxTensor,
+    output_grad: MlxTensor,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+    op: &str,
+) -> MlxTensor {
+    run(op, &[&x, &weight, &output_grad], || {
+        let g = groups as i32;
+        let n = stride.len();
+        // Input [Cg_in, S..., g·N]; "weight" [O, T..., N] (each output group reads its g·N slice).
+        let xin = batch_as_channels(&x.array, g)?;
+        let gw = channels_last(&output_grad.array.swap_axes(0, 1)?)?;
+        let out = conv_general_grouped(
+            &xin,
+            &gw,
+            &ints(dilation),
+            &ints(padding),
+            &ints(stride),
+            &vec![1; n],
+            groups,
+            false,
+        )?;
+        // [Cg_in, K'..., O] -> [O, Cg_in, K...]
+        let kernel = &weight.array.shape()[2..];
+        let out = crop_kernel(&out, kernel)?;
+        let out = channels_first(&out)?.swap_axes(0, 1)?;
+        Ok(out)
+    })
+}
+
+/// The gradient of a transposed convolution with respect to its weight: one (grouped)
+/// convolution of the output gradient with the input, the batch playing the role of the
+/// channels.
+pub(super) fn conv_transpose_weight_backward<const N: usize>(
+    x: MlxTensor,
+    weight: MlxTensor,
+    output_grad: MlxTensor,
+    options: &ConvTransposeOptions<N>,
+    op: &str,
+) -> MlxTensor {
+    run(op, &[&x, &weight, &output_grad], || {
+        let g = options.groups as i32;
+        // Input: the output gradient [Og, J..., g·N]; "weight": the input [C_in, T..., N].
+        let gin = batch_as_channels(&output_grad.array, g)?;
+        let xw = channels_last(&x.array.swap_axes(0, 1)?)?;
+        let out = conv_general_grouped(
+            &gin,
+            &xw,
+            &ints(&options.dilation),
+            &ints(&options.padding),
+            &ints(&options.stride),
+            &vec![1; N],
+            options.groups,
+            false,
+        )?;
+        // [Og, K'..., C_in] -> [C_in, Og, K...]
+        let kernel = &weight.array.shape()[2..];
+        let out = crop_kernel(&out, kernel)?;
+        let out = channels_first(&out)?.swap_axes(0, 1)?;
+        Ok(out)
     })
 }

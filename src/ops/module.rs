@@ -142,6 +142,105 @@ impl ModuleOps<Mlx> for Mlx {
         )
     }
 
+    fn conv1d_weight_backward(
+        x: MlxTensor,
+        weight: MlxTensor,
+        output_grad: MlxTensor,
+        options: ConvOptions<1>,
+    ) -> MlxTensor {
+        conv::conv_weight_backward(
+            x,
+            weight,
+            output_grad,
+            &options.stride,
+            &options.padding,
+            &options.dilation,
+            options.groups,
+            "conv1d_weight_backward",
+        )
+    }
+
+    fn conv_transpose1d_weight_backward(
+        x: MlxTensor,
+        weight: MlxTensor,
+        output_grad: MlxTensor,
+        options: ConvTransposeOptions<1>,
+    ) -> MlxTensor {
+        conv::conv_transpose_weight_backward(
+            x,
+            weight,
+            output_grad,
+            &options,
+            "conv_transpose1d_weight_backward",
+        )
+    }
+
+    fn conv2d_weight_backward(
+        x: MlxTensor,
+        weight: MlxTensor,
+        output_grad: MlxTensor,
+        options: ConvOptions<2>,
+    ) -> MlxTensor {
+        conv::conv_weight_backward(
+            x,
+            weight,
+            output_grad,
+            &options.stride,
+            &options.padding,
+            &options.dilation,
+            options.groups,
+            "conv2d_weight_backward",
+        )
+    }
+
+    fn conv_transpose2d_weight_backward(
+        x: MlxTensor,
+        weight: MlxTensor,
+        output_grad: MlxTensor,
+        options: ConvTransposeOptions<2>,
+    ) -> MlxTensor {
+        conv::conv_transpose_weight_backward(
+            x,
+            weight,
+            output_grad,
+            &options,
+            "conv_transpose2d_weight_backward",
+        )
+    }
+
+    fn conv3d_weight_backward(
+        x: MlxTensor,
+        weight: MlxTensor,
+        output_grad: MlxTensor,
+        options: ConvOptions<3>,
+    ) -> MlxTensor {
+        conv::conv_weight_backward(
+            x,
+            weight,
+            output_grad,
+            &options.stride,
+            &options.padding,
+            &options.dilation,
+            options.groups,
+            "conv3d_weight_backward",
+        )
+    }
+
+    fn conv_transpose3d_weight_backward(
+        x: MlxTensor,
+        weight: MlxTensor,
+        output_grad: MlxTensor,
+        options: ConvTransposeOptions<3>,
+    ) -> MlxTensor {
+        conv::conv_transpose_weight_backward(
+            x,
+            weight,
+            output_grad,
+            &options,
+            "conv_transpose3d_weight_backward",
+        )
+    }
+
     fn conv2d(
         x: MlxTensor,
         weight: MlxTensor,

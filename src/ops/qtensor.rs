@@ -316,8 +316,10 @@ impl QTensorOps<Self> for Mlx {
             array,
             device: *device,
             quant: Some(Arc::new(QuantParams {
-                // The values are unpacked: like burn-ndarray, the tensor now stores them natively.
-                scheme: scheme.with_store(QuantStore::Native),
+                // The values are held unpacked either way; keeping the store makes `q_into_data`
+                // give back the same layout (burn-ndarray switches to `Native` here, which only
+                // matters for strict dtype comparisons when the store was `PackedU32`).
+                scheme,
                 scales,
                 per_element: false,
             })),

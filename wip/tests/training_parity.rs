@@ -1,0 +1,460 @@
+//! Training parity between `Autodiff<Mlx>` and `Autodiff<NdArray>` (the reference), and
+//! records that move between the two backends.
+//!
+//! Each parity test builds one model on NdArray from a fixed seed, copies its record into the
+//! MLX model (so both start from identical weights), feeds both the same batches and runs the
+//! same optimizer for a few steps. The losses must agree step by step within [`LOSS_TOL`]
+//! (relative) and the final parameters within [`PARAM_TOL`].
+
+extern crate burn_core as burn;
+
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::record::{
+    BinBytesRecorder, CompactRecorder, FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder,
+    Recorder,
+};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData, Tolerance};
+use burn_autodiff::Autodiff;
+use burn_mlx::{Mlx, MlxDevice};
+use burn_ndarray::{NdArray, NdArrayDevice};
+use burn_nn::conv::{Conv2d, Conv2dConfig};
+use burn_nn::loss::CrossEntropyLossConfig;
+use burn_nn::pool::{AvgPool2d, AvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
+use burn_nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn_optim::momentum::MomentumConfig;
+use burn_optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
+use std::path::PathBuf;
+
+type MlxAd = Autodiff<Mlx>;
+type NdAd = Autodiff<NdArray>;
+
+/// Relative (and absolute floor) tolerance for the loss at each step.
+const LOSS_TOL: (f64, f64) = (1e-4, 1e-6);
+/// Relative and absolute tolerance for every parameter after the last step.
+const PARAM_TOL: (f64, f64) = (1e-3, 1e-4);
+/// Optimizer steps per run.
+const STEPS: usize = 5;
+
+// ------------------------------------------------------------------------------------------
+// Models
+// ------------------------------------------------------------------------------------------
+
+/// A classifier of flat `[batch, features]` inputs.
+trait Classifier<B: Backend>: Module<B> {
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+}
+
+/// 12 → 16 → ReLU → 4.
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    l1: Linear<B>,
+    l2: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            l1: LinearConfig::new(12, 16).init(device),
+            l2: LinearConfig::new(16, 4).init(device),
+            relu: Relu::new(),
+        }
+    }
+}
+
+impl<B: Backend> Classifier<B> for Mlp<B> {
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.l2.forward(self.relu.forward(self.l1.forward(x)))
+    }
+}
+
+/// Input `[batch, 1·8·8]`: conv3×3(1→4, same) → ReLU → maxpool2 (4×4) → conv3×3(4→6, valid,
+/// 2×2) → ReLU → avgpool2 (1×1) → linear(6 → 4).
+#[derive(Module, Debug)]
+struct SmallCnn<B: Backend> {
+    conv1: Conv2d<B>,
+    conv2: Conv2d<B>,
+    max_pool: MaxPool2d,
+    avg_pool: AvgPool2d,
+    fc: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> SmallCnn<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            conv1: Conv2dConfig::new([1, 4], [3, 3])
+                .with_padding(PaddingConfig2d::Same)
+                .init(device),
+            conv2: Conv2dConfig::new([4, 6], [3, 3]).init(device),
+            max_pool: MaxPool2dConfig::new([2, 2]).init(),
+            avg_pool: AvgPool2dConfig::new([2, 2]).init(),
+            fc: LinearConfig::new(6, 4).init(device),
+            relu: Relu::new(),
+        }
+    }
+}
+
+impl<B: Backend> Classifier<B> for SmallCnn<B> {
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, _] = x.dims();
+        let x = x.reshape([n, 1, 8, 8]);
+        let x = self
+            .max_pool
+            .forward(self.relu.forward(self.conv1.forward(x))); // [n, 4, 4, 4]
+        let x = self.relu.forward(self.conv2.forward(x)); // [n, 6, 2, 2]
+        let x = self.avg_pool.forward(x); // [n, 6, 1, 1]
+        self.fc.forward(x.reshape([n, 6]))
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Helpers
+// ------------------------------------------------------------------------------------------
+
+/// Deterministic batches: inputs uniform in [-1, 1], labels from a fixed rule of the inputs
+/// (so the task is learnable and the loss moves).
+fn batches(
+    features: usize,
+    batch: usize,
+    count: usize,
+    seed: u64,
+) -> Vec<(TensorData, TensorData)> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    };
+    (0..count)
+        .map(|_| {
+            let x: Vec<f32> = (0..batch * features).map(|_| next()).collect();
+            let y: Vec<i64> = x
+                .chunks(features)
+                .map(|row| {
+                    let a: f32 = row.iter().step_by(2).sum();
+                    let b: f32 = row.iter().skip(1).step_by(2).sum();
+                    i64::from(a > 0.0) * 2 + i64::from(b > 0.0)
+                })
+                .collect();
+            (
+                TensorData::new(x, [batch, features]),
+                TensorData::new(y, [batch]),
+            )
+        })
+        .collect()
+}
+
+/// Initializes every parameter of `module` in place and returns it.
+///
+/// Burn 0.21 initializes parameters lazily, and a clone of a module whose parameters are still
+/// uninitialized initializes them on its own, drawing other random values. Tests that clone a
+/// fresh model and expect the same weights must materialize it first.
+fn materialize<B: Backend, M: Module<B>>(module: M) -> M {
+    parameters(&module);
+    module
+}
+
+/// Copies a module's weights to another backend through an in-memory full-precision record
+/// (`from` must be [`materialize`]d).
+fn transfer<B1: Backend, B2: Backend, M1: Module<B1>, M2: Module<B2>>(
+    from: &M1,
+    to: M2,
+    device: &B2::Device,
+) -> M2
+where
+    M2::Record: 'static,
+    M1::Record: 'static,
+{
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let bytes = recorder
+        .record(from.clone().into_record(), ())
+        .expect("serialize the record");
+    let record: M2::Record = BinBytesRecorder::<FullPrecisionSettings>::default()
+        .load(bytes, device)
+        .expect("deserialize the record on the other backend");
+    to.load_record(record)
+}
+
+/// All float parameters of a module, in visiting order.
+fn parameters<B: Backend, M: Module<B>>(module: &M) -> Vec<TensorData> {
+    struct Collect(Vec<TensorData>);
+    impl<B: Backend> ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.val().into_data().convert::<f32>());
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    module.visit(&mut collect);
+    collect.0
+}
+
+/// Runs `STEPS` optimizer steps and returns the loss of each step and the trained model.
+fn train<B, C, O>(
+    mut model: C,
+    mut optim: O,
+    lr: f64,
+    data: &[(TensorData, TensorData)],
+    device: &B::Device,
+) -> (Vec<f64>, C)
+where
+    B: AutodiffBackend,
+    C: Classifier<B> + AutodiffModule<B>,
+    O: Optimizer<C, B>,
+{
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let mut losses = Vec::new();
+    for (x, y) in data.iter().take(STEPS) {
+        let x = Tensor::<B, 2>::from_data(x.clone(), device);
+        let y = Tensor::<B, 1, Int>::from_data(y.clone(), device);
+        let loss = loss_fn.forward(model.logits(x), y);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        losses.push(loss.into_scalar().elem::<f64>());
+        model = optim.step(lr, model, grads);
+    }
+    (losses, model)
+}
+
+fn close(a: f64, b: f64, (rel, abs): (f64, f64)) -> bool {
+    (a - b).abs() <= abs + rel * b.abs()
+}
+
+/// Compares two runs: losses step by step and every final parameter.
+///
+/// `initial` are the parameters both runs started from: training must have moved them.
+fn compare<B1: Backend, B2: Backend, M1: Module<B1>, M2: Module<B2>>(
+    name: &str,
+    initial: Vec<TensorData>,
+    (losses_mlx, model_mlx): (Vec<f64>, M1),
+    (losses_nd, model_nd): (Vec<f64>, M2),
+) {
+    println!("{name}: mlx losses {losses_mlx:?}");
+    println!("{name}: nd  losses {losses_nd:?}");
+    assert_eq!(losses_mlx.len(), STEPS);
+    for (step, (a, b)) in losses_mlx.iter().zip(&losses_nd).enumerate() {
+        assert!(
+            close(*a, *b, LOSS_TOL),
+            "{name}: step {step}: loss {a} on Mlx vs {b} on NdArray (tolerance {LOSS_TOL:?})"
+        );
+    }
+    let params_mlx = parameters(&model_mlx);
+    let params_nd = parameters(&model_nd);
+    assert_eq!(params_mlx.len(), params_nd.len());
+    let mut worst = 0.0f64;
+    for (i, (a, b)) in params_mlx.iter().zip(&params_nd).enumerate() {
+        assert_eq!(a.shape, b.shape, "{name}: parameter {i} shape");
+        let a = a.to_vec::<f32>().unwrap();
+        let b = b.to_vec::<f32>().unwrap();
+        for (j, (x, y)) in a.iter().zip(&b).enumerate() {
+            let (x, y) = (*x as f64, *y as f64);
+            worst = worst.max((x - y).abs());
+            assert!(
+                close(x, y, PARAM_TOL),
+                "{name}: parameter {i}[{j}]: {x} on Mlx vs {y} on NdArray (tolerance {PARAM_TOL:?})"
+            );
+        }
+    }
+    println!("{name}: largest parameter difference {worst:e}");
+    let moved = initial
+        .iter()
+        .zip(&params_mlx)
+        .flat_map(|(a, b)| {
+            let a = a.to_vec::<f32>().unwrap();
+            let b = b.to_vec::<f32>().unwrap();
+            a.into_iter().zip(b).map(|(x, y)| (x - y).abs()).collect::<Vec<_>>()
+        })
+        .fold(0.0f32, f32::max);
+    assert!(moved > 1e-3, "{name}: the parameters did not move (largest change {moved})");
+}
+
+fn devices() -> (MlxDevice, NdArrayDevice) {
+    (MlxDevice::Cpu, NdArrayDevice::Cpu)
+}
+
+// ------------------------------------------------------------------------------------------
+// Parity tests
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn mlp_adam_parity() {
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, 1);
+    let nd = materialize(Mlp::<NdAd>::new(&dn));
+    let mx = transfer(&nd, Mlp::<MlxAd>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(12, 32, STEPS, 11);
+    let adam = AdamConfig::new();
+    let a = train(mx, adam.init::<MlxAd, Mlp<MlxAd>>(), 1e-2, &data, &dm);
+    let b = train(nd, adam.init::<NdAd, Mlp<NdAd>>(), 1e-2, &data, &dn);
+    compare("mlp/adam", init, a, b);
+}
+
+#[test]
+fn mlp_sgd_momentum_parity() {
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, 2);
+    let nd = materialize(Mlp::<NdAd>::new(&dn));
+    let mx = transfer(&nd, Mlp::<MlxAd>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(12, 32, STEPS, 12);
+    let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new()));
+    let a = train(mx, sgd.init::<MlxAd, Mlp<MlxAd>>(), 0.1, &data, &dm);
+    let b = train(nd, sgd.init::<NdAd, Mlp<NdAd>>(), 0.1, &data, &dn);
+    compare("mlp/sgd", init, a, b);
+}
+
+#[test]
+fn cnn_adam_parity() {
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, 3);
+    let nd = materialize(SmallCnn::<NdAd>::new(&dn));
+    let mx = transfer(&nd, SmallCnn::<MlxAd>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(64, 16, STEPS, 13);
+    let adam = AdamConfig::new();
+    let a = train(mx, adam.init::<MlxAd, SmallCnn<MlxAd>>(), 1e-2, &data, &dm);
+    let b = train(nd, adam.init::<NdAd, SmallCnn<NdAd>>(), 1e-2, &data, &dn);
+    compare("cnn/adam", init, a, b);
+}
+
+#[test]
+fn cnn_sgd_parity() {
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, 4);
+    let nd = materialize(SmallCnn::<NdAd>::new(&dn));
+    let mx = transfer(&nd, SmallCnn::<MlxAd>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(64, 16, STEPS, 14);
+    let sgd = SgdConfig::new();
+    let a = train(mx, sgd.init::<MlxAd, SmallCnn<MlxAd>>(), 0.1, &data, &dm);
+    let b = train(nd, sgd.init::<NdAd, SmallCnn<NdAd>>(), 0.1, &data, &dn);
+    compare("cnn/sgd", init, a, b);
+}
+
+// ------------------------------------------------------------------------------------------
+// Records across backends
+// ------------------------------------------------------------------------------------------
+
+/// A fresh directory for one test's files; removed by [`TempDir`]'s `Drop`.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("burn-mlx-parity-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn file(&self) -> PathBuf {
+        self.0.join("model")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn probe<B: Backend>(device: &B::Device) -> Tensor<B, 2> {
+    let (x, _) = batches(64, 5, 1, 99).remove(0);
+    Tensor::from_data(x, device)
+}
+
+/// Saves `model` (on `B1`) with `recorder`, loads it on `B2`, and checks equal outputs.
+fn round_trip<B1: Backend, B2: Backend, FR>(
+    model: SmallCnn<B1>,
+    d1: &B1::Device,
+    d2: &B2::Device,
+    recorder: FR,
+    name: &str,
+    tol: Tolerance<f32>,
+) where
+    FR: FileRecorder<B1> + FileRecorder<B2>,
+{
+    let dir = TempDir::new(name);
+    let path = dir.file();
+    model
+        .clone()
+        .save_file(&path, &recorder)
+        .expect("save the record");
+    let loaded = SmallCnn::<B2>::new(d2)
+        .load_file(&path, &recorder, d2)
+        .expect("load the record on the other backend");
+    let expected = model.logits(probe::<B1>(d1)).into_data();
+    let actual = loaded.logits(probe::<B2>(d2)).into_data();
+    actual.assert_approx_eq::<f32>(&expected, tol);
+    let (p1, p2) = (parameters(&model), parameters(&loaded));
+    assert_eq!(p1.len(), p2.len());
+}
+
+#[test]
+fn record_saved_on_mlx_loads_on_ndarray() {
+    let (dm, dn) = devices();
+    Mlx::seed(&dm, 5);
+    let model = materialize(SmallCnn::<Mlx>::new(&dm));
+    let full = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    round_trip::<Mlx, NdArray, _>(
+        model.clone(),
+        &dm,
+        &dn,
+        full,
+        "mlx-full",
+        Tolerance::rel_abs(1e-5, 1e-6),
+    );
+    // Half precision: both sides read the same f16 values, so only rounding of the (f32)
+    // forward pass differs from the f32 original; compare loosely against it.
+    round_trip::<Mlx, NdArray, _>(
+        model,
+        &dm,
+        &dn,
+        CompactRecorder::new(),
+        "mlx-half",
+        Tolerance::rel_abs(2e-2, 2e-3),
+    );
+}
+
+#[test]
+fn record_saved_on_ndarray_loads_on_mlx() {
+    let (dm, dn) = devices();
+    <NdArray as Backend>::seed(&dn, 6);
+    let model = materialize(SmallCnn::<NdArray>::new(&dn));
+    let full = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    round_trip::<NdArray, Mlx, _>(
+        model.clone(),
+        &dn,
+        &dm,
+        full,
+        "nd-full",
+        Tolerance::rel_abs(1e-5, 1e-6),
+    );
+    round_trip::<NdArray, Mlx, _>(
+        model,
+        &dn,
+        &dm,
+        CompactRecorder::new(),
+        "nd-half",
+        Tolerance::rel_abs(2e-2, 2e-3),
+    );
+}
+
+#[test]
+fn half_precision_record_loads_identically_on_both() {
+    let (dm, dn) = devices();
+    Mlx::seed(&dm, 7);
+    let model = materialize(SmallCnn::<Mlx>::new(&dm));
+    let dir = TempDir::new("both-half");
+    let path = dir.file();
+    model.save_file(&path, &CompactRecorder::new()).unwrap();
+    let on_mlx = SmallCnn::<Mlx>::new(&dm)
+        .load_file(&path, &CompactRecorder::new(), &dm)
+        .unwrap();
+    let on_nd = SmallCnn::<NdArray>::new(&dn)
+        .load_file(&path, &CompactRecorder::new(), &dn)
+        .unwrap();
+    for (a, b) in parameters(&on_mlx).iter().zip(&parameters(&on_nd)) {
+        assert_eq!(a, b, "the same f16 record must give the same f32 weights");
+    }
+}
