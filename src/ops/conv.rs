@@ -101,10 +101,22 @@ fn conv_im2col(
     let w = if flip {
         let n = wshape.len();
         let start: Vec<i32> = (0..n)
-            .map(|i| if (1..=spatial).contains(&i) { wshape[i] - 1 } else { 0 })
+            .map(|i| {
+                if (1..=spatial).contains(&i) {
+                    wshape[i] - 1
+                } else {
+                    0
+                }
+            })
             .collect();
         let stop: Vec<i32> = (0..n)
-            .map(|i| if (1..=spatial).contains(&i) { -wshape[i] - 1 } else { wshape[i] })
+            .map(|i| {
+                if (1..=spatial).contains(&i) {
+                    -wshape[i] - 1
+                } else {
+                    wshape[i]
+                }
+            })
             .collect();
         let strides: Vec<i32> = (0..n)
             .map(|i| if (1..=spatial).contains(&i) { -1 } else { 1 })
