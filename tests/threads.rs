@@ -38,7 +38,10 @@ fn eight_threads_share_tensors_and_match_one_thread() {
     let device = MlxDevice::Cpu;
     let a = Tensor::<Mlx, 2>::random([16, 16], burn_tensor::Distribution::Default, &device);
     let b = Tensor::<Mlx, 2>::random([16, 16], burn_tensor::Distribution::Default, &device);
-    let idx = Tensor::<Mlx, 1, Int>::from_data([15i64, 3, 2, 1, 0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 4], &device);
+    let idx = Tensor::<Mlx, 1, Int>::from_data(
+        [15i64, 3, 2, 1, 0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 4],
+        &device,
+    );
     let expected: Vec<TensorData> = (0..THREADS).map(|s| chain(&a, &b, &idx, s)).collect();
 
     let shared = Arc::new((a, b, idx));
