@@ -5,7 +5,7 @@ use crate::tensor::scalar_array;
 use crate::Mlx;
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
-use mlx_rs::{ops, Array};
+use mlx_rs::{ops, Array, Dtype};
 
 impl ActivationOps<Self> for Mlx {
     fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -53,14 +53,30 @@ impl ActivationOps<Self> for Mlx {
     }
 
     fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        if tensor.array.size() == 0 {
+            return tensor;
+        }
+        // `precise`: half-precision inputs accumulate in f32.
         unary(tensor, "softmax", |a| {
             ops::softmax_axis(a, dim as i32, true)
         })
     }
 
     fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        if tensor.array.size() == 0 {
+            return tensor;
+        }
+        // x - logsumexp(x) cancels catastrophically in f16/bf16 for large logits (the spacing of
+        // f16 at 1000 is 0.5), so half precision is computed in f32 and rounded once.
         unary(tensor, "log_softmax", |a| {
-            a.subtract(&ops::logsumexp_axis(a, dim as i32, true)?)
+            let dtype = a.dtype();
+            if matches!(dtype, Dtype::Float16 | Dtype::Bfloat16) {
+                let x = a.as_dtype(Dtype::Float32)?;
+                x.subtract(&ops::logsumexp_axis(&x, dim as i32, true)?)?
+                    .as_dtype(dtype)
+            } else {
+                a.subtract(&ops::logsumexp_axis(a, dim as i32, true)?)
+            }
         })
     }
 }

@@ -300,20 +300,12 @@ pub(crate) fn mask_where(t: MlxTensor, mask: MlxTensor, value: MlxTensor) -> Mlx
     t.with(out)
 }
 
-/// Burn's `mask_fill`: `value` where `mask` is true, else `t`.
+/// Burn's `mask_fill`: `value` where `mask` is true, else `t` (the shapes broadcast).
 pub(crate) fn mask_fill(t: MlxTensor, mask: MlxTensor, value: Scalar) -> MlxTensor {
     let v = scalar_array(value, t.array.dtype());
     let out = t
         .device
-        .scope(|| {
-            let out = ops::select(&mask.array, &v, &t.array)?;
-            // The mask may broadcast `t` to a larger shape; Burn keeps `t`'s shape.
-            if out.shape() != t.array.shape() {
-                ops::broadcast_to(&out, t.array.shape())
-            } else {
-                Ok(out)
-            }
-        })
+        .scope(|| ops::select(&mask.array, &v, &t.array))
         .or_panic("mask_fill", &[&t.array, &mask.array]);
     t.with(out)
 }
@@ -420,27 +412,103 @@ pub(crate) fn mean(t: MlxTensor) -> MlxTensor {
 }
 
 /// Maximum of every element.
+///
+/// Floats follow Burn's definition (`max_dim` of the flattened tensor, so NaN handling is
+/// `argmax`'s); integers use MLX's reduction directly.
 pub(crate) fn max(t: MlxTensor) -> MlxTensor {
+    if is_float(t.array.dtype()) {
+        return max_dim(flatten(t), 0);
+    }
     unary(t, "max", |a| a.max(None)?.reshape(&[1]))
 }
 
-/// Minimum of every element.
+/// Minimum of every element (see [`max`] for NaN handling).
 pub(crate) fn min(t: MlxTensor) -> MlxTensor {
+    if is_float(t.array.dtype()) {
+        return min_dim(flatten(t), 0);
+    }
     unary(t, "min", |a| a.min(None)?.reshape(&[1]))
 }
 
+/// The tensor as one dimension.
+fn flatten(t: MlxTensor) -> MlxTensor {
+    let n = t.array.size();
+    unary(t, "flatten", |a| a.reshape(&[n as i32]))
+}
+
 /// Maximum along `dim`, keeping it.
+///
+/// For floats this is the value at `argmax`, which is how Burn defines `max_dim`: a NaN is
+/// skipped unless it comes first along `dim`, exactly as burn-ndarray does. MLX's own reduction
+/// would propagate every NaN.
 pub(crate) fn max_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    if is_float(t.array.dtype()) && t.array.size() == 0 {
+        return empty_reduction(&t, dim, f64::NEG_INFINITY);
+    }
+    if is_float(t.array.dtype()) {
+        let idx = argmax(t.clone(), dim, Dtype::Int32);
+        return take_along(t, idx, dim, "max_dim");
+    }
     unary(t, "max_dim", |a| a.max_axis(dim as i32, true))
 }
 
-/// Minimum along `dim`, keeping it.
+/// Minimum along `dim`, keeping it (see [`max_dim`] for NaN handling).
 pub(crate) fn min_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    if is_float(t.array.dtype()) && t.array.size() == 0 {
+        return empty_reduction(&t, dim, f64::INFINITY);
+    }
+    if is_float(t.array.dtype()) {
+        let idx = argmin(t.clone(), dim, Dtype::Int32);
+        return take_along(t, idx, dim, "min_dim");
+    }
     unary(t, "min_dim", |a| a.min_axis(dim as i32, true))
+}
+
+/// A float reduction along `dim` of a tensor with no elements: the reduced shape filled with the
+/// reduction's identity (`-inf` for max, `+inf` for min), so that expressions such as
+/// `x - x.max_dim(d)` stay empty instead of failing. MLX refuses to reduce empty arrays.
+fn empty_reduction(t: &MlxTensor, dim: usize, identity: f64) -> MlxTensor {
+    let mut shape = t.dims();
+    shape[dim] = 1;
+    full(
+        &Shape::from(shape),
+        Scalar::Float(identity),
+        t.array.dtype(),
+        &t.device,
+    )
+}
+
+/// `t`'s values at `idx` along `dim` (`idx` already has `t`'s rank).
+fn take_along(t: MlxTensor, idx: MlxTensor, dim: usize, op: &str) -> MlxTensor {
+    let out = t
+        .device
+        .scope(|| ops::indexing::take_along_axis(&t.array, &idx.array, dim as i32))
+        .or_panic(op, &[&t.array, &idx.array]);
+    t.with(out)
+}
+
+/// Output of an index reduction over an input with no elements: an empty tensor of the reduced
+/// shape, or a panic when the reduced dimension itself is empty (there is no index to return).
+fn arg_reduce_empty(t: &MlxTensor, dim: usize, out: Dtype, op: &str) -> Option<MlxTensor> {
+    if t.array.size() != 0 {
+        return None;
+    }
+    let mut shape = t.dims();
+    if shape[dim] == 0 {
+        panic!(
+            "burn-mlx: `{op}` along dimension {dim} of a tensor of shape {shape:?}: the dimension \
+             is empty, so there is no index to return"
+        );
+    }
+    shape[dim] = 1;
+    Some(zeros(&Shape::from(shape), out, &t.device))
 }
 
 /// Index of the maximum along `dim` (the first one on ties), keeping the dim.
 pub(crate) fn argmax(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
+    if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmax") {
+        return empty;
+    }
     unary(t, "argmax", |a| {
         ops::indexing::argmax_axis(a, dim as i32, true)?.as_dtype(out)
     })
@@ -448,25 +516,49 @@ pub(crate) fn argmax(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
 
 /// Index of the minimum along `dim` (the first one on ties), keeping the dim.
 pub(crate) fn argmin(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
+    if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmin") {
+        return empty;
+    }
     unary(t, "argmin", |a| {
         ops::indexing::argmin_axis(a, dim as i32, true)?.as_dtype(out)
     })
 }
 
-/// A sort key whose ascending order is `a`'s descending order, ties kept in place.
+/// An integer key whose order is `a`'s total order (`f32::total_cmp`: -NaN < -inf < … < -0 <
+/// +0 < … < +inf < +NaN), the order Burn's sorts use for floats.
+///
+/// The float's bits read as a signed integer already order the non-negative values; flipping
+/// every bit but the sign reverses the negative ones.
+fn total_order_key(a: &Array) -> MlxResult {
+    let (int, max) = match a.dtype() {
+        Dtype::Float16 | Dtype::Bfloat16 => (Dtype::Int16, Array::from_int(i16::MAX as i32)),
+        Dtype::Float64 => (Dtype::Int64, Array::from_slice(&[i64::MAX], &[])),
+        _ => (Dtype::Int32, Array::from_int(i32::MAX)),
+    };
+    let bits = a.view_dtype(int)?;
+    let max = max.as_dtype(int)?;
+    let zero = Array::from_int(0).as_dtype(int)?;
+    let flipped = ffi::bitwise_xor(&bits, &max).map_err(|e| Exception::custom(e.to_string()))?;
+    ops::select(&bits.lt(&zero)?, &flipped, &bits)
+}
+
+/// A sort key whose ascending order is `a`'s descending order.
 fn descending_key(a: &Array) -> MlxResult {
+    let invert = |k: &Array| ffi::bitwise_invert(k).map_err(|e| Exception::custom(e.to_string()));
     match a.dtype() {
         Dtype::Bool => ops::logical_not(a),
-        d if is_float(d) => a.negative(),
+        d if is_float(d) => invert(&total_order_key(a)?),
         // `!x` reverses the order of every integer type without overflow.
-        _ => ffi::bitwise_invert(a).map_err(|e| Exception::custom(e.to_string())),
+        _ => invert(a),
     }
 }
 
-/// Indices that sort `a` along `axis` (stable).
+/// Indices that sort `a` along `axis`, floats in their total order (NaN after +inf).
 fn argsort_array(a: &Array, axis: i32, descending: bool) -> MlxResult {
     if descending {
         ops::argsort_axis(&descending_key(a)?, axis)
+    } else if is_float(a.dtype()) {
+        ops::argsort_axis(&total_order_key(a)?, axis)
     } else {
         ops::argsort_axis(a, axis)
     }
@@ -548,6 +640,23 @@ pub(crate) fn cumulative(
     unary(t, op, |a| cast_array(f(a, dim as i32)?, dtype))
 }
 
+/// Burn's float `cummax`/`cummin`: a NaN stays where it is and does not spread to later
+/// positions (MLX's scans would carry it forward); `fill` is the identity of the scan.
+pub(crate) fn float_cum_extreme(
+    t: MlxTensor,
+    dim: usize,
+    op: &str,
+    fill: f32,
+    f: impl FnOnce(&Array, i32) -> MlxResult,
+) -> MlxTensor {
+    unary(t, op, |a| {
+        let nan = ops::is_nan(a)?;
+        let fill = Array::from_f32(fill).as_dtype(a.dtype())?;
+        let scanned = f(&ops::select(&nan, &fill, a)?, dim as i32)?;
+        ops::select(&nan, a, &scanned)
+    })
+}
+
 /// Whether any element is true (non-zero), as a 1-element bool tensor.
 pub(crate) fn any(t: MlxTensor) -> MlxTensor {
     unary(t, "any", |a| a.any(None)?.reshape(&[1]))
@@ -585,8 +694,32 @@ pub(crate) fn int_div_trunc(a: &Array, b: &Array) -> MlxResult {
 }
 
 /// Burn's remainder: `a - b * floor(a / b)` (the sign of the divisor).
+///
+/// MLX's remainder is exact; two things are adapted to Burn: an infinite divisor gives NaN for
+/// floats (Burn's formula multiplies it by zero), and f16/bf16 are computed in f32 and rounded
+/// once, as Burn's reference computes them, instead of rounding the divisor and every step.
 pub(crate) fn remainder(a: &Array, b: &Array) -> MlxResult {
-    ops::remainder(a, b)
+    let dtype = a.dtype();
+    if !is_float(dtype) {
+        return ops::remainder(a, b);
+    }
+    let wide = matches!(dtype, Dtype::Float16 | Dtype::Bfloat16);
+    let (a32, b32);
+    let (a, b) = if wide {
+        a32 = a.as_dtype(Dtype::Float32)?;
+        b32 = b.as_dtype(Dtype::Float32)?;
+        (&a32, &b32)
+    } else {
+        (a, b)
+    };
+    let r = ops::remainder(a, b)?;
+    let nan = Array::from_f32(f32::NAN).as_dtype(r.dtype())?;
+    let r = ops::select(&ops::is_inf(b)?, &nan, &r)?;
+    if wide {
+        r.as_dtype(dtype)
+    } else {
+        Ok(r)
+    }
 }
 
 /// The process-wide random state: `Mlx::seed` sets it; every random tensor takes a fresh key.

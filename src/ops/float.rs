@@ -143,7 +143,16 @@ impl FloatTensorOps<Self> for Mlx {
     }
 
     fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        with_scalar(lhs, rhs, "float_remainder_scalar", base::remainder)
+        // The divisor keeps f32 precision for half-precision tensors (see `base::remainder`).
+        let dtype = lhs.array.dtype();
+        let wide = match dtype {
+            Dtype::Float16 | Dtype::Bfloat16 => Dtype::Float32,
+            d => d,
+        };
+        let divisor = scalar_array(rhs, wide);
+        unary(lhs, "float_remainder_scalar", |a| {
+            base::remainder(a, &divisor)
+        })
     }
 
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -319,11 +328,15 @@ impl FloatTensorOps<Self> for Mlx {
     }
 
     fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        base::cumulative(tensor, dim, "float_cummin", |a, d| a.cummin(d, false, true))
+        base::float_cum_extreme(tensor, dim, "float_cummin", f32::INFINITY, |a, d| {
+            a.cummin(d, false, true)
+        })
     }
 
     fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        base::cumulative(tensor, dim, "float_cummax", |a, d| a.cummax(d, false, true))
+        base::float_cum_extreme(tensor, dim, "float_cummax", f32::NEG_INFINITY, |a, d| {
+            a.cummax(d, false, true)
+        })
     }
 
     fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
@@ -360,7 +373,11 @@ impl FloatTensorOps<Self> for Mlx {
             ops::select(&a.lt(&zero)?, &ops::ceil(a)?, &a.floor()?)
         };
         float_erf => |a| ops::erf(a);
-        float_sign => |a| ops::sign(a);
+        // Burn's sign is 0 for ±0, else ±1 by the sign bit: a (positive) NaN gives 1, not NaN.
+        float_sign => |a| {
+            let one = Array::from_f32(1.0).as_dtype(a.dtype())?;
+            ops::select(&ops::is_nan(a)?, &one, &ops::sign(a)?)
+        };
     }
 
     fn float_atan2(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -381,7 +398,11 @@ impl FloatTensorOps<Self> for Mlx {
             return unary(tensor, "float_powf_scalar", |a| a.square());
         }
         if v == 0.5 {
-            return unary(tensor, "float_powf_scalar", |a| a.sqrt());
+            // pow(x, 0.5) is sqrt(x) except at -inf, where pow gives +inf.
+            return unary(tensor, "float_powf_scalar", |a| {
+                let inf = Array::from_f32(f32::INFINITY).as_dtype(a.dtype())?;
+                ops::select(&a.eq(&inf.negative()?)?, &inf, &a.sqrt()?)
+            });
         }
         Self::float_powf_scalar_impl(tensor, value)
     }
@@ -458,15 +479,11 @@ impl FloatTensorOps<Self> for Mlx {
     }
 
     fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        unary(tensor, "float_max_abs", |a| {
-            a.abs()?.max(None)?.reshape(&[1])
-        })
+        base::max(Self::float_abs(tensor))
     }
 
     fn float_max_abs_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        unary(tensor, "float_max_abs_dim", |a| {
-            a.abs()?.max_axis(dim as i32, true)
-        })
+        base::max_dim(Self::float_abs(tensor), dim)
     }
 
     fn float_any(tensor: FloatTensor<Self>, _out: BoolDType) -> BoolTensor<Self> {

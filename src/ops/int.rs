@@ -14,6 +14,13 @@ use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array};
 use std::ops::Range;
 
+/// The dtype of the indices that `int_argmax`/`int_argmin` (and the `*_with_indices` reductions
+/// built on them) return: the device's default int dtype, as burn-ndarray returns its `IntElem`
+/// whatever the input's int dtype.
+fn index_dtype(device: &MlxDevice) -> mlx_rs::Dtype {
+    int_mlx(burn_backend::get_device_settings::<Mlx>(device).int_dtype)
+}
+
 /// Maps an `ffi` error into mlx-rs's error type inside op closures.
 fn ffi_err(e: crate::MlxError) -> Exception {
     Exception::custom(e.to_string())
@@ -250,12 +257,12 @@ impl IntTensorOps<Self> for Mlx {
     }
 
     fn int_argmax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
-        let out = tensor.array.dtype();
+        let out = index_dtype(&tensor.device);
         base::argmax(tensor, dim, out)
     }
 
     fn int_argmin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
-        let out = tensor.array.dtype();
+        let out = index_dtype(&tensor.device);
         base::argmin(tensor, dim, out)
     }
 
@@ -393,7 +400,7 @@ impl IntTensorOps<Self> for Mlx {
         tensor: IntTensor<Self>,
         dim: usize,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
-        let out = tensor.array.dtype();
+        let out = index_dtype(&tensor.device);
         base::max_dim_with_indices(tensor, dim, out)
     }
 
@@ -419,7 +426,7 @@ impl IntTensorOps<Self> for Mlx {
         tensor: IntTensor<Self>,
         dim: usize,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
-        let out = tensor.array.dtype();
+        let out = index_dtype(&tensor.device);
         base::min_dim_with_indices(tensor, dim, out)
     }
 

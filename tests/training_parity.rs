@@ -4,7 +4,7 @@
 //! Each parity test builds one model on NdArray from a fixed seed, copies its record into the
 //! MLX model (so both start from identical weights), feeds both the same batches and runs the
 //! same optimizer for a few steps. The losses must agree step by step within [`LOSS_TOL`]
-//! (relative) and the final parameters within [`PARAM_TOL`].
+//! (relative) and the final parameters within [`PARAM_TOL`] (SGD) or [`ADAM_PARAM_TOL`] (Adam).
 
 extern crate burn_core as burn;
 
@@ -31,8 +31,13 @@ type NdAd = Autodiff<NdArray>;
 
 /// Relative (and absolute floor) tolerance for the loss at each step.
 const LOSS_TOL: (f64, f64) = (1e-4, 1e-6);
-/// Relative and absolute tolerance for every parameter after the last step.
+/// Relative and absolute tolerance for every parameter after the last SGD step.
 const PARAM_TOL: (f64, f64) = (1e-3, 1e-4);
+/// The same after the last Adam step (learning rate 1e-2). Adam divides each gradient by its
+/// running RMS, so for a weight whose gradient is tiny (1e-6) the float rounding differences of
+/// the two backends' matmuls become a visible fraction of a full step (measured: 1.8e-4 on one
+/// weight of the MLP, everything else below 1e-6). 5e-4 is 5 % of one step.
+const ADAM_PARAM_TOL: (f64, f64) = (1e-3, 5e-4);
 /// Optimizer steps per run.
 const STEPS: usize = 5;
 
@@ -226,6 +231,7 @@ fn close(a: f64, b: f64, (rel, abs): (f64, f64)) -> bool {
 /// `initial` are the parameters both runs started from: training must have moved them.
 fn compare<B1: Backend, B2: Backend, M1: Module<B1>, M2: Module<B2>>(
     name: &str,
+    param_tol: (f64, f64),
     initial: Vec<TensorData>,
     (losses_mlx, model_mlx): (Vec<f64>, M1),
     (losses_nd, model_nd): (Vec<f64>, M2),
@@ -243,30 +249,40 @@ fn compare<B1: Backend, B2: Backend, M1: Module<B1>, M2: Module<B2>>(
     let params_nd = parameters(&model_nd);
     assert_eq!(params_mlx.len(), params_nd.len());
     let mut worst = 0.0f64;
+    let mut worst_at = String::new();
     for (i, (a, b)) in params_mlx.iter().zip(&params_nd).enumerate() {
         assert_eq!(a.shape, b.shape, "{name}: parameter {i} shape");
         let a = a.to_vec::<f32>().unwrap();
         let b = b.to_vec::<f32>().unwrap();
         for (j, (x, y)) in a.iter().zip(&b).enumerate() {
             let (x, y) = (*x as f64, *y as f64);
-            worst = worst.max((x - y).abs());
+            if (x - y).abs() > worst {
+                worst = (x - y).abs();
+                worst_at = format!("parameter {i}[{j}]: {x} vs {y}");
+            }
             assert!(
-                close(x, y, PARAM_TOL),
-                "{name}: parameter {i}[{j}]: {x} on Mlx vs {y} on NdArray (tolerance {PARAM_TOL:?})"
+                close(x, y, param_tol),
+                "{name}: parameter {i}[{j}]: {x} on Mlx vs {y} on NdArray (tolerance {param_tol:?})"
             );
         }
     }
-    println!("{name}: largest parameter difference {worst:e}");
+    println!("{name}: largest parameter difference {worst:e} ({worst_at})");
     let moved = initial
         .iter()
         .zip(&params_mlx)
         .flat_map(|(a, b)| {
             let a = a.to_vec::<f32>().unwrap();
             let b = b.to_vec::<f32>().unwrap();
-            a.into_iter().zip(b).map(|(x, y)| (x - y).abs()).collect::<Vec<_>>()
+            a.into_iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .collect::<Vec<_>>()
         })
         .fold(0.0f32, f32::max);
-    assert!(moved > 1e-3, "{name}: the parameters did not move (largest change {moved})");
+    assert!(
+        moved > 1e-3,
+        "{name}: the parameters did not move (largest change {moved})"
+    );
 }
 
 fn devices() -> (MlxDevice, NdArrayDevice) {
@@ -288,7 +304,7 @@ fn mlp_adam_parity() {
     let adam = AdamConfig::new();
     let a = train(mx, adam.init::<MlxAd, Mlp<MlxAd>>(), 1e-2, &data, &dm);
     let b = train(nd, adam.init::<NdAd, Mlp<NdAd>>(), 1e-2, &data, &dn);
-    compare("mlp/adam", init, a, b);
+    compare("mlp/adam", ADAM_PARAM_TOL, init, a, b);
 }
 
 #[test]
@@ -302,7 +318,7 @@ fn mlp_sgd_momentum_parity() {
     let sgd = SgdConfig::new().with_momentum(Some(MomentumConfig::new()));
     let a = train(mx, sgd.init::<MlxAd, Mlp<MlxAd>>(), 0.1, &data, &dm);
     let b = train(nd, sgd.init::<NdAd, Mlp<NdAd>>(), 0.1, &data, &dn);
-    compare("mlp/sgd", init, a, b);
+    compare("mlp/sgd", PARAM_TOL, init, a, b);
 }
 
 #[test]
@@ -316,7 +332,7 @@ fn cnn_adam_parity() {
     let adam = AdamConfig::new();
     let a = train(mx, adam.init::<MlxAd, SmallCnn<MlxAd>>(), 1e-2, &data, &dm);
     let b = train(nd, adam.init::<NdAd, SmallCnn<NdAd>>(), 1e-2, &data, &dn);
-    compare("cnn/adam", init, a, b);
+    compare("cnn/adam", ADAM_PARAM_TOL, init, a, b);
 }
 
 #[test]
@@ -330,7 +346,7 @@ fn cnn_sgd_parity() {
     let sgd = SgdConfig::new();
     let a = train(mx, sgd.init::<MlxAd, SmallCnn<MlxAd>>(), 0.1, &data, &dm);
     let b = train(nd, sgd.init::<NdAd, SmallCnn<NdAd>>(), 0.1, &data, &dn);
-    compare("cnn/sgd", init, a, b);
+    compare("cnn/sgd", PARAM_TOL, init, a, b);
 }
 
 // ------------------------------------------------------------------------------------------

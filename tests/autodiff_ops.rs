@@ -441,8 +441,14 @@ grad1!(
     |x| x.clone().cummax(1) + x.cummin(0) * 2.0
 );
 // (Burn's autodiff has no topk backward: sort only.)
-grad1!(grad_sort, Tol::F32, [DType::F32], [3, 6], (-2.0, 2.0), |x| x.clone().sort(1)
-    + x.sort_descending(0) * 2.0);
+grad1!(
+    grad_sort,
+    Tol::F32,
+    [DType::F32],
+    [3, 6],
+    (-2.0, 2.0),
+    |x| x.clone().sort(1) + x.sort_descending(0) * 2.0
+);
 
 // ---------------------------------------------------------------------------------------------
 // Activations (the *_backward ops)

@@ -1113,7 +1113,9 @@ impl Deform {
         let parts: Vec<Tensor<B, 4>> = (0..og)
             .map(|g| {
                 let xg = x.clone().slice_dim(1, g * cg..(g + 1) * cg);
-                let og_off = offset.clone().slice_dim(1, g * 2 * taps..(g + 1) * 2 * taps);
+                let og_off = offset
+                    .clone()
+                    .slice_dim(1, g * 2 * taps..(g + 1) * 2 * taps);
                 let mg = mask.map(|m| m.clone().slice_dim(1, g * taps..(g + 1) * taps));
                 let wg = if self.weight_groups == 1 {
                     w.clone().slice_dim(1, g * cg..(g + 1) * cg)

@@ -224,11 +224,14 @@ unary_int!(
     abs_sign_unsigned,
     (0, 50),
     [DType::U8, DType::U16, DType::U32, DType::U64],
-        |ctx, x| {
+    |ctx, x| {
         // burn-ndarray's sign of an unsigned tensor returns a bool tensor: the reference is
         // (x > 0) as the same int dtype.
         let sign = if ctx.is_ref {
-            x.clone().greater_elem(0).int().cast(IntDType::from(ctx.idt))
+            x.clone()
+                .greater_elem(0)
+                .int()
+                .cast(IntDType::from(ctx.idt))
         } else {
             x.clone().sign()
         };
@@ -275,7 +278,7 @@ diff_int!(matmul, [DType::I64, DType::I32, DType::I16], |ctx| (
     ctx.i::<3>([1, 3, 4], -5, 5).matmul(ctx.i([3, 4, 2], -5, 5)),
     ctx.il::<2>([3, 4], -5, 5, Layout::Transposed)
         .matmul(ctx.il([4, 2], -5, 5, Layout::Stepped)),
-        // burn-ndarray divides by zero on an empty inner dim: the reference is zeros.
+    // burn-ndarray divides by zero on an empty inner dim: the reference is zeros.
     if ctx.is_ref {
         Tensor::<B, 2, Int>::zeros([2, 3], ctx.io())
     } else {
@@ -547,19 +550,18 @@ diff_int!(mask_where_mask_fill, INTS, |ctx| {
 // ---------------------------------------------------------------------------------------------
 
 unary_int!(sum_prod_mean_dims, (-4, 5), SINTS, |ctx, x| {
-        // The integer mean of an empty tensor (0/0) has no value: only sums are compared there.
+    // The integer mean of an empty tensor (0/0) has no value: only sums are compared there.
     let empty = x.shape().num_elements() == 0;
     let mut v = outs(x.clone().sum());
     if !empty {
         v.extend(outs(x.clone().mean()));
     }
-    
+
     for d in 0..D {
-                v.extend(outs(x.clone().sum_dim(d)));
+        v.extend(outs(x.clone().sum_dim(d)));
         if x.dims()[d] > 0 {
             v.extend(outs(x.clone().mean_dim(d)));
         }
-        
     }
     v
 });
@@ -568,7 +570,7 @@ unary_int!(
     (0, 9),
     [DType::U8, DType::U16, DType::U32, DType::U64],
     |ctx, x| {
-                let n = x.shape().num_elements();
+        let n = x.shape().num_elements();
         let mut v = Vec::new();
         if n > 0 {
             v.extend(outs(x.clone().mean()));

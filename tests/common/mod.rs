@@ -494,7 +494,7 @@ impl<B: Backend> Ctx<B> {
         }
     }
 
-        /// On the reference side, copies `t` into a fresh contiguous tensor. burn-ndarray's SIMD
+    /// On the reference side, copies `t` into a fresh contiguous tensor. burn-ndarray's SIMD
     /// unary kernels (abs, bitwise_not, recip, …) give wrong values on some strided views (rank-4
     /// with swapped last dims), so the oracle gets the same values laid out contiguously.
     pub fn oracle_contiguous<const D: usize, K: BasicOps<B>>(
@@ -555,7 +555,7 @@ impl<B: Backend> Ctx<B> {
         dist: impl Into<Dist>,
         layout: Layout,
     ) -> Tensor<B, D> {
-                let dist = dist.into();
+        let dist = dist.into();
         self.oracle_contiguous(arrange(layout, shape, |s| self.f(s, dist)))
     }
 
@@ -625,7 +625,7 @@ impl<B: Backend> Ctx<B> {
         hi: i64,
         layout: Layout,
     ) -> Tensor<B, D, burn_tensor::Int> {
-                self.oracle_contiguous(arrange(layout, shape, |s| self.i(s, lo, hi)))
+        self.oracle_contiguous(arrange(layout, shape, |s| self.i(s, lo, hi)))
     }
 
     /// Random index tensor (i64) in [0, n).
@@ -657,7 +657,7 @@ impl<B: Backend> Ctx<B> {
         p: f64,
         layout: Layout,
     ) -> Tensor<B, D, burn_tensor::Bool> {
-                self.oracle_contiguous(arrange(layout, shape, |s| self.b(s, p)))
+        self.oracle_contiguous(arrange(layout, shape, |s| self.b(s, p)))
     }
 }
 
