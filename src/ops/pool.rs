@@ -6,7 +6,7 @@
 //! scatter-add the output gradient into the input's shape.
 
 use super::interpolate::{separable, separable_transposed};
-use super::{float_const, int_const, ints, run, run_many, Res};
+use super::{float_const, int_const, ints, run, run_many, Failure, Res};
 use crate::dtype::int_mlx;
 use crate::{Mlx, MlxTensor};
 use burn_backend::get_device_settings;
@@ -129,9 +129,49 @@ pub(super) fn max_pool2d(
         let out = output_size([h, w], kernel, stride, padding, dilation, ceil_mode);
         let g = geometry([h, w], out, kernel, stride, padding, dilation);
         let xp = pad_spatial(&x.array, [h, w], padding, g.padded, f64::NEG_INFINITY)?;
-        let win = windows(&xp, &g, kernel, stride, dilation)?;
-        Ok(win.max_axes(&[4, 5], false)?)
+        shifted_max(&xp, &g, kernel, stride, dilation)
     })
+}
+
+/// The maximum over each window of a padded `[N, C, Hp, Wp]` array, as a running `maximum` of
+/// the `KH * KW` strided views (one per kernel offset, each `[N, C, OH, OW]`).
+///
+/// Same result as reducing the `as_strided` windows, but MLX's CPU backend copies those windows
+/// into a `KH * KW` times larger array before reducing; the views are read in place (measured on
+/// the ResNet-like 3x3/2 pool of 8x64x56x56: about 6x faster).
+fn shifted_max(
+    xp: &Array,
+    g: &Geometry,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+) -> Res {
+    let s = xp.shape();
+    let mut acc: Option<Array> = None;
+    for i in 0..kernel[0] {
+        for j in 0..kernel[1] {
+            let (h0, w0) = ((i * dilation[0]) as i32, (j * dilation[1]) as i32);
+            let h1 = h0 + ((g.out[0].max(1) - 1) * stride[0]) as i32 + 1;
+            let w1 = w0 + ((g.out[1].max(1) - 1) * stride[1]) as i32 + 1;
+            let view = crate::ffi::slice(
+                xp,
+                &[0, 0, h0, w0],
+                &[s[0], s[1], h1, w1],
+                &[1, 1, stride[0] as i32, stride[1] as i32],
+            )?;
+            acc = Some(match acc {
+                None => view,
+                Some(a) => ops::maximum(&a, &view)?,
+            });
+        }
+    }
+    let out = acc.ok_or_else(|| Failure::from("max_pool2d: empty kernel".to_string()))?;
+    if g.out.contains(&0) {
+        // An empty output: the views above had one position; take none of it.
+        let shape = [s[0], s[1], g.out[0] as i32, g.out[1] as i32];
+        return Ok(ops::zeros_dtype(&shape[..], out.dtype())?);
+    }
+    Ok(out)
 }
 
 /// Max pooling that also returns the flat `H * W` index of each maximum.
