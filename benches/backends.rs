@@ -13,17 +13,20 @@
 
 extern crate burn_core as burn;
 
-use burn::module::Module;
+use burn::module::{AutodiffModule, Module};
 use burn_autodiff::Autodiff;
 use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::NdArray;
+use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::loss::CrossEntropyLossConfig;
-use burn_nn::{Linear, LinearConfig, Relu};
+use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn_nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn_nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::backend::{AutodiffBackend, Backend};
 use burn_tensor::module::{conv2d, max_pool2d};
 use burn_tensor::ops::ConvOptions;
-use burn_tensor::{activation, Distribution, Int, Tensor, TensorData};
+use burn_tensor::{activation, DType, Distribution, Int, Tensor, TensorData};
 use mlx_rs::Array;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -133,8 +136,14 @@ fn matmul(b: &mut Bench) {
         }
         let (mx, nd) = (MlxDevice::Cpu, Default::default());
         let (a1, b1) = (rand::<Mlx, 2>([n, n], &mx), rand::<Mlx, 2>([n, n], &mx));
-        let (a2, b2) = (rand::<NdArray, 2>([n, n], &nd), rand::<NdArray, 2>([n, n], &nd));
-        let (ra, rb) = (raw_uniform(&[n as i32, n as i32]), raw_uniform(&[n as i32, n as i32]));
+        let (a2, b2) = (
+            rand::<NdArray, 2>([n, n], &nd),
+            rand::<NdArray, 2>([n, n], &nd),
+        );
+        let (ra, rb) = (
+            raw_uniform(&[n as i32, n as i32]),
+            raw_uniform(&[n as i32, n as i32]),
+        );
         b.burn_pair(
             &name,
             true,
@@ -278,8 +287,26 @@ fn conv_pool(b: &mut Bench) {
         b.burn_pair(
             name,
             true,
-            || force(max_pool2d(x1.clone(), [3, 3], [2, 2], [1, 1], [1, 1], false)),
-            || force(max_pool2d(x2.clone(), [3, 3], [2, 2], [1, 1], [1, 1], false)),
+            || {
+                force(max_pool2d(
+                    x1.clone(),
+                    [3, 3],
+                    [2, 2],
+                    [1, 1],
+                    [1, 1],
+                    false,
+                ))
+            },
+            || {
+                force(max_pool2d(
+                    x2.clone(),
+                    [3, 3],
+                    [2, 2],
+                    [1, 1],
+                    [1, 1],
+                    false,
+                ))
+            },
             None,
         );
     }
@@ -311,31 +338,222 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-/// Seconds per Adam step (forward, backward, update, loss read back) of the MLP at batch 128.
-fn mlp_step_secs<B: AutodiffBackend>(device: &B::Device, budget: Duration) -> f64 {
-    let mut model = Some(Mlp::<B>::new(device));
-    let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
-    let x = Tensor::<B, 2>::random([128, 784], Distribution::Default, device);
-    let labels: Vec<i64> = (0..128).map(|i| (i * 7 % 10) as i64).collect();
-    let y = Tensor::<B, 1, Int>::from_data(TensorData::new(labels, [128]), device);
-    let loss_fn = CrossEntropyLossConfig::new().init(device);
+/// The example CNN (`examples/train.rs`): conv3x3(1→16) → ReLU → maxpool2 → conv3x3(16→32) →
+/// ReLU → maxpool2 → linear(1568→64) → ReLU → linear(64→10).
+#[derive(Module, Debug)]
+struct Cnn<B: Backend> {
+    conv1: Conv2d<B>,
+    conv2: Conv2d<B>,
+    pool: MaxPool2d,
+    fc1: Linear<B>,
+    fc2: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Cnn<B> {
+    fn new(device: &B::Device) -> Self {
+        let conv = |cin, cout| {
+            Conv2dConfig::new([cin, cout], [3, 3])
+                .with_padding(PaddingConfig2d::Same)
+                .init(device)
+        };
+        Self {
+            conv1: conv(1, 16),
+            conv2: conv(16, 32),
+            pool: MaxPool2dConfig::new([2, 2]).init(),
+            fc1: LinearConfig::new(32 * 7 * 7, 64).init(device),
+            fc2: LinearConfig::new(64, 10).init(device),
+            relu: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        let x = self.pool.forward(self.relu.forward(self.conv1.forward(x)));
+        let x = self.pool.forward(self.relu.forward(self.conv2.forward(x)));
+        let x: Tensor<B, 2> = x.flatten(1, 3);
+        self.fc2.forward(self.relu.forward(self.fc1.forward(x)))
+    }
+}
+
+/// Seconds per Adam step (forward, backward, update, loss read back) of `model`.
+///
+/// Reading the loss evaluates this step's forward pass and, through the parameters, the
+/// previous step's update: in steady state every step is fully computed once.
+fn step_secs<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: M,
+    budget: Duration,
+    loss: impl Fn(&M) -> Tensor<B, 1>,
+) -> f64 {
+    let mut model = Some(model);
+    let mut optim = AdamConfig::new().init::<B, M>();
     median_secs(budget, || {
         let m = model.take().unwrap();
-        let loss = loss_fn.forward(m.forward(x.clone()), y.clone());
-        let grads = GradientsParams::from_grads(loss.backward(), &m);
+        let l = loss(&m);
+        let grads = GradientsParams::from_grads(l.backward(), &m);
         let m = optim.step(1e-3, m, grads);
-        let _ = loss.into_scalar();
+        let _ = l.into_scalar();
         model = Some(m);
     })
 }
 
+/// Class labels `0..10` for a batch.
+fn labels<B: Backend>(n: usize, device: &B::Device) -> Tensor<B, 1, Int> {
+    let v: Vec<i64> = (0..n).map(|i| (i * 7 % 10) as i64).collect();
+    Tensor::from_data(TensorData::new(v, [n]), device)
+}
+
+fn mlp_step<B: AutodiffBackend>(device: &B::Device, budget: Duration) -> f64 {
+    let x = Tensor::<B, 2>::random([128, 784], Distribution::Default, device);
+    let y = labels::<B>(128, device);
+    let ce = CrossEntropyLossConfig::new().init(device);
+    step_secs(Mlp::<B>::new(device), budget, |m| {
+        ce.forward(m.forward(x.clone()), y.clone())
+    })
+}
+
+fn cnn_step<B: AutodiffBackend>(device: &B::Device, budget: Duration) -> f64 {
+    let x = Tensor::<B, 4>::random([64, 1, 28, 28], Distribution::Default, device);
+    let y = labels::<B>(64, device);
+    let ce = CrossEntropyLossConfig::new().init(device);
+    step_secs(Cnn::<B>::new(device), budget, |m| {
+        ce.forward(m.forward(x.clone()), y.clone())
+    })
+}
+
+fn transformer_step<B: AutodiffBackend>(device: &B::Device, budget: Duration) -> f64 {
+    let model: TransformerEncoder<B> = TransformerEncoderConfig::new(256, 1024, 8, 2)
+        .with_dropout(0.0)
+        .init(device);
+    let x = Tensor::<B, 3>::random([16, 128, 256], Distribution::Default, device);
+    let target = Tensor::<B, 3>::random([16, 128, 256], Distribution::Default, device);
+    step_secs(model, budget, |m| {
+        let out = m.forward(TransformerEncoderInput::new(x.clone()));
+        (out - target.clone()).powi_scalar(2).mean()
+    })
+}
+
+/// The MLP step in raw mlx-rs: the same layers, cross-entropy and Adam update, written directly
+/// against MLX arrays with `value_and_grad` (the lower bound for Burn + Mlx).
+fn raw_mlp_step(budget: Duration) -> f64 {
+    use mlx_rs::error::Exception;
+    use mlx_rs::ops;
+    let mut params: Vec<Array> = Vec::new();
+    for (i, o) in [(784, 512), (512, 512), (512, 10)] {
+        let a = 1.0 / (i as f32).sqrt();
+        params.push(mlx_rs::random::uniform::<_, f32>(-a, a, &[i, o][..], None).unwrap());
+        params.push(ops::zeros::<f32>(&[o]).unwrap());
+    }
+    let x = raw_uniform(&[128, 784]);
+    let y: Vec<i32> = (0..128).map(|i| i * 7 % 10).collect();
+    let y = Array::from_slice(&y, &[128, 1]);
+    let loss = |args: &[Array]| -> Result<Vec<Array>, Exception> {
+        let mut h = args[6].clone();
+        for l in 0..3 {
+            h = h.matmul(&args[2 * l])?.add(&args[2 * l + 1])?;
+            if l < 2 {
+                h = ops::maximum(&h, Array::from_f32(0.0))?;
+            }
+        }
+        let lse = ops::logsumexp_axis(&h, 1, true)?;
+        let picked = ops::indexing::take_along_axis(&h, &args[7], 1)?;
+        Ok(vec![lse.subtract(&picked)?.mean(None)?])
+    };
+    static ARGNUMS: [i32; 6] = [0, 1, 2, 3, 4, 5];
+    let mut vg = mlx_rs::transforms::value_and_grad_with_argnums(loss, &ARGNUMS[..]);
+    let zeros = |p: &Array| ops::zeros_like(p).unwrap();
+    let mut m: Vec<Array> = params.iter().map(zeros).collect();
+    let mut v: Vec<Array> = params.iter().map(zeros).collect();
+    let (b1, b2, lr, eps) = (0.9f32, 0.999f32, 1e-3f32, 1e-5f32);
+    let mut t = 0;
+    median_secs(budget, || {
+        t += 1;
+        let mut args = params.clone();
+        args.push(x.clone());
+        args.push(y.clone());
+        let (value, grads) = vg(&args).unwrap();
+        let c1 = 1.0 - b1.powi(t);
+        let c2 = 1.0 - b2.powi(t);
+        for i in 0..params.len() {
+            let g = &grads[i];
+            m[i] = m[i]
+                .multiply(Array::from_f32(b1))
+                .unwrap()
+                .add(g.multiply(Array::from_f32(1.0 - b1)).unwrap())
+                .unwrap();
+            v[i] = v[i]
+                .multiply(Array::from_f32(b2))
+                .unwrap()
+                .add(
+                    g.square()
+                        .unwrap()
+                        .multiply(Array::from_f32(1.0 - b2))
+                        .unwrap(),
+                )
+                .unwrap();
+            let step = m[i]
+                .divide(Array::from_f32(c1))
+                .unwrap()
+                .divide(
+                    v[i].divide(Array::from_f32(c2))
+                        .unwrap()
+                        .sqrt()
+                        .unwrap()
+                        .add(Array::from_f32(eps))
+                        .unwrap(),
+                )
+                .unwrap();
+            params[i] = params[i]
+                .subtract(step.multiply(Array::from_f32(lr)).unwrap())
+                .unwrap();
+        }
+        let _ = value[0].item_exact::<f32>();
+    })
+}
+
 fn training(b: &mut Bench) {
+    let budget = b.budget;
     let name = "MLP train step 784-512-512-10, batch 128, Adam";
     if b.wants(name) {
-        let budget = b.budget;
-        let m = mlp_step_secs::<Autodiff<Mlx>>(&MlxDevice::Cpu, budget);
-        let n = mlp_step_secs::<Autodiff<NdArray>>(&Default::default(), budget);
+        let m = mlp_step::<Autodiff<Mlx>>(&MlxDevice::Cpu, budget);
+        let n = mlp_step::<Autodiff<NdArray>>(&Default::default(), budget);
+        let r = raw_mlp_step(budget);
+        b.record(name, m, Some(n), Some(r));
+    }
+    let name = "CNN train step (example CNN), batch 64, Adam";
+    if b.wants(name) {
+        let m = cnn_step::<Autodiff<Mlx>>(&MlxDevice::Cpu, budget);
+        let n = cnn_step::<Autodiff<NdArray>>(&Default::default(), budget);
         b.record(name, m, Some(n), None);
+    }
+    let name = "Transformer encoder train step (2x256, seq 128, batch 16), Adam";
+    if b.wants(name) {
+        let m = transformer_step::<Autodiff<Mlx>>(&MlxDevice::Cpu, budget);
+        let n = transformer_step::<Autodiff<NdArray>>(&Default::default(), budget);
+        b.record(name, m, Some(n), None);
+    }
+}
+
+/// f16 and bf16 matmul on `Mlx` against raw mlx-rs (NdArray has no half-precision matmul kernel).
+fn half_matmul(b: &mut Bench) {
+    for (dt, raw_dt, label) in [
+        (DType::F16, mlx_rs::Dtype::Float16, "f16"),
+        (DType::BF16, mlx_rs::Dtype::Bfloat16, "bf16"),
+    ] {
+        let name = format!("matmul {label} 1024x1024");
+        if !b.wants(&name) {
+            continue;
+        }
+        let mx = MlxDevice::Cpu;
+        let a = rand::<Mlx, 2>([1024, 1024], &mx).cast(dt);
+        let c = rand::<Mlx, 2>([1024, 1024], &mx).cast(dt);
+        let ra = raw_uniform(&[1024, 1024]).as_dtype(raw_dt).unwrap();
+        let rc = raw_uniform(&[1024, 1024]).as_dtype(raw_dt).unwrap();
+        ra.eval().unwrap();
+        rc.eval().unwrap();
+        let budget = b.budget;
+        let m = median_secs(budget, || force(a.clone().matmul(c.clone())));
+        let r = median_secs(budget, || ra.matmul(&rc).unwrap().eval().unwrap());
+        b.record(&name, m, None, Some(r));
     }
 }
 
@@ -447,6 +665,7 @@ fn main() {
     elementwise(&mut b);
     reductions(&mut b);
     conv_pool(&mut b);
+    half_matmul(&mut b);
     training(&mut b);
     overhead(&mut b);
     if whole {
