@@ -37,6 +37,12 @@ fn short(data: TensorData) -> Vec<f32> {
     values.into_iter().take(8).collect()
 }
 
+/// The values of an integer tensor's `data`, as i64.
+fn ints_of(data: TensorData) -> Vec<i64> {
+    data.convert::<i64>().to_vec::<i64>().expect("i64 data")
+}
+
+/// Runs every demonstration on `B`, panicking on the first wrong result.
 fn run<B: Backend>(device: &B::Device) {
     // --- Creation ---------------------------------------------------------------------------
     let a = Tensor::<B, 2>::from_data([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], device);
@@ -62,11 +68,9 @@ fn run<B: Backend>(device: &B::Device) {
         TensorData::from([7.5f32; 2]),
     );
     let range = Tensor::<B, 1, Int>::arange(0..6, device);
-    assert_eq!(
-        range.to_data().convert::<i64>().to_vec::<i64>().unwrap(),
-        vec![0, 1, 2, 3, 4, 5]
-    );
-    println!("{:<28} {:?}", "arange (int)", range.to_data());
+    let range = ints_of(range.to_data());
+    assert_eq!(range, vec![0, 1, 2, 3, 4, 5]);
+    println!("{:<28} {range:?}", "arange (int)");
     let noise = Tensor::<B, 2>::random([256, 256], Distribution::Normal(0.0, 1.0), device);
     let (var, mean) = noise.clone().var_mean(1);
     let mean = mean.mean().into_scalar();
@@ -151,11 +155,10 @@ fn run<B: Backend>(device: &B::Device) {
     );
     check("prod", &a.clone().prod(), TensorData::from([720.0f32]));
     let argmax = b.clone().argmax(1);
-    assert_eq!(
-        argmax.to_data().convert::<i64>().to_vec::<i64>().unwrap(),
-        vec![2, 0]
-    );
-    println!("{:<28} {:?}", "argmax(1)", argmax.to_data());
+    assert_eq!(argmax.dims(), [2, 1]);
+    let argmax = ints_of(argmax.to_data());
+    assert_eq!(argmax, vec![2, 0]);
+    println!("{:<28} {argmax:?}", "argmax(1)");
 
     // --- Math functions ---------------------------------------------------------------------
     let x = Tensor::<B, 1>::from_floats([0.0, 1.0, 2.0], device);
@@ -273,7 +276,11 @@ fn run<B: Backend>(device: &B::Device) {
         mask.to_data().to_vec::<bool>().unwrap(),
         vec![false, false, false, true, true, true]
     );
-    println!("{:<28} {:?}", "m > 2.5", mask.to_data().to_vec::<bool>().unwrap());
+    println!(
+        "{:<28} {:?}",
+        "m > 2.5",
+        mask.to_data().to_vec::<bool>().unwrap()
+    );
     check(
         "mask_fill(m > 2.5, -1)",
         &m.clone().mask_fill(mask.clone(), -1.0),

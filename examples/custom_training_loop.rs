@@ -20,6 +20,7 @@ use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use std::time::Instant;
 
+/// The training backend: MLX with Burn's autodiff decorator.
 type Train = Autodiff<Mlx>;
 
 /// 2 → 64 → 64 → 3 with ReLU.
@@ -32,6 +33,7 @@ struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
+    /// A freshly initialized network.
     fn new(device: &B::Device) -> Self {
         Self {
             l1: LinearConfig::new(2, 64).init(device),
@@ -41,6 +43,7 @@ impl<B: Backend> Mlp<B> {
         }
     }
 
+    /// Class logits `[n, 3]` for points `[n, 2]`.
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let x = self.relu.forward(self.l1.forward(x));
         let x = self.relu.forward(self.l2.forward(x));
@@ -71,6 +74,7 @@ fn spiral(per_class: usize) -> (Vec<f32>, Vec<i64>) {
     (points, labels)
 }
 
+/// Percentage of the points `x` that `model` assigns to their class `y`.
 fn accuracy<B: Backend>(model: &Mlp<B>, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> f64 {
     let predicted = model.forward(x).argmax(1).flatten::<1>(0, 1);
     let correct = predicted
@@ -82,6 +86,7 @@ fn accuracy<B: Backend>(model: &Mlp<B>, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -
     100.0 * correct as f64 / y.dims()[0] as f64
 }
 
+/// Trains the MLP on the spiral with a hand-written Adam loop and checks that it learned.
 fn main() {
     let device = MlxDevice::default();
     println!("burn-mlx custom training loop: Autodiff<Mlx> on {device:?}");

@@ -31,6 +31,7 @@ struct FeatureExtractor<B: Backend> {
 }
 
 impl<B: Backend> FeatureExtractor<B> {
+    /// A freshly initialized extractor for 3-channel images.
     fn new(device: &B::Device) -> Self {
         let conv = |cin, cout| {
             Conv2dConfig::new([cin, cout], [3, 3])
@@ -45,12 +46,14 @@ impl<B: Backend> FeatureExtractor<B> {
         }
     }
 
+    /// Feature maps `[n, 32, H/4, W/4]` for images `[n, 3, H, W]`.
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let x = self.pool.forward(self.relu.forward(self.conv1.forward(x)));
         self.pool.forward(self.relu.forward(self.conv2.forward(x)))
     }
 }
 
+/// Runs both demonstrations on `Mlx`.
 fn main() {
     let device = MlxDevice::default();
     println!("burn-mlx conv example on {device:?}\n");

@@ -6,7 +6,13 @@
 //! cargo run --release --example train -- --epochs 3 --out /tmp/run
 //! cargo run --release --example train -- --dataset mnist --data-dir ~/data/mnist
 //! cargo run --release --example train -- --predict ./artifacts/train   # load and predict only
+//! cargo run --release --example train -- --predict ./artifacts/train --backend ndarray
 //! ```
+//!
+//! With the defaults (5 epochs of 12 000 images, batch 64, Adam at 0.002) the model reaches
+//! about 98 % validation accuracy; on MLX's CPU backend on a 2-core machine the run takes
+//! about a minute. Each epoch prints progress lines and a summary of the mean training and
+//! validation loss and accuracy; the end prints the final validation accuracy.
 //!
 //! The default dataset is generated here, deterministically from `--seed`: 28×28 grayscale
 //! images of ten kinds of shapes (ring, disk, square, filled square, triangle, filled triangle,
@@ -18,7 +24,8 @@
 //! needs network access.
 //!
 //! Outputs in `--out` (default `./artifacts/train`): `model.mpk` (the trained weights, a
-//! full-precision named MessagePack record that loads on any Burn backend), `config.json`,
+//! full-precision named MessagePack record that loads on any Burn backend: `--predict` with
+//! `--backend ndarray` loads an MLX-trained model on burn-ndarray), `config.json`,
 //! burn-train's per-epoch checkpoints in `checkpoint/` and its metric logs.
 
 extern crate burn_core as burn;
@@ -58,6 +65,8 @@ const SIDE: usize = 28;
 const PIXELS: usize = SIDE * SIDE;
 /// Number of classes in both datasets.
 const NUM_CLASSES: usize = 10;
+/// Added to `--seed` for the generated validation images, so they differ from the training ones.
+const VALID_SEED_OFFSET: u64 = 1_000_003;
 /// Names of the generated dataset's classes.
 const SHAPE_NAMES: [&str; NUM_CLASSES] = [
     "ring",
@@ -79,34 +88,51 @@ const SHAPE_NAMES: [&str; NUM_CLASSES] = [
 /// Which backend runs the training.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum BackendKind {
+    /// `burn_mlx::Mlx` (the default).
     Mlx,
+    /// `burn_ndarray::NdArray`, the reference CPU backend.
     NdArray,
 }
 
 /// Which dataset to train on.
 #[derive(Clone, Debug, PartialEq)]
 enum DatasetKind {
+    /// The generated shapes dataset (the default, needs no files).
     Shapes,
+    /// MNIST, read from uncompressed IDX files.
     Mnist,
 }
 
 /// Parsed command-line options.
 #[derive(Clone, Debug)]
 struct Args {
+    /// `--backend`.
     backend: BackendKind,
+    /// `--dataset`.
     dataset: DatasetKind,
+    /// `--data-dir`: where the MNIST IDX files are.
     data_dir: Option<PathBuf>,
+    /// `--epochs`.
     epochs: usize,
+    /// `--batch-size`.
     batch_size: usize,
+    /// `--lr`: Adam's learning rate.
     lr: f64,
+    /// `--device`: "cpu" or "gpu" (MLX only).
     device: Option<String>,
+    /// `--out`: the output directory.
     out: PathBuf,
+    /// `--train-size`: training images.
     train_size: usize,
+    /// `--valid-size`: validation images.
     valid_size: usize,
+    /// `--seed`.
     seed: u64,
+    /// `--predict`: a trained output directory to load instead of training.
     predict: Option<PathBuf>,
 }
 
+/// The `--help` text.
 const USAGE: &str = "\
 Trains a small CNN classifier with Autodiff<Mlx> through burn-train's Learner.
 
@@ -124,10 +150,12 @@ OPTIONS:
   --valid-size N          validation images (default 2000; MNIST: at most 10000)
   --seed N                seed of the data generator, the shuffling and the weights (default 42)
   --backend mlx|ndarray   Burn backend (default mlx; ndarray is the reference CPU backend)
-  --predict DIR           skip training: load DIR/model.mpk and classify new images
+  --predict DIR           skip training: load DIR/model.mpk on --backend, recompute the
+                          validation accuracy and classify new images
   -h, --help              this text";
 
 impl Args {
+    /// Parses `std::env::args()`; exits on `--help`.
     fn parse() -> Result<Self, String> {
         let mut args = Args {
             backend: BackendKind::Mlx,
@@ -159,6 +187,7 @@ impl Args {
                     .or_else(|| it.next())
                     .ok_or_else(|| format!("{name} needs a value"))
             };
+            /// Parses the value of option `name`.
             fn num<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String> {
                 v.parse()
                     .map_err(|_| format!("{name}: `{v}` is not a valid number"))
@@ -201,6 +230,7 @@ impl Args {
         Ok(args)
     }
 
+    /// The MLX device chosen by `--device`, checked to be usable.
     fn mlx_device(&self) -> Result<MlxDevice, String> {
         let device = match self.device.as_deref() {
             None => MlxDevice::default(),
@@ -213,6 +243,7 @@ impl Args {
     }
 }
 
+/// Parses the options, then trains (or, with `--predict`, loads and predicts).
 fn main() {
     let args = match Args::parse() {
         Ok(args) => args,
@@ -235,6 +266,7 @@ fn main() {
     }
 }
 
+/// Trains on `B`, or with `--predict` loads a checkpoint on `B`'s inner backend.
 fn run<B: AutodiffBackend>(
     args: &Args,
     device: B::Device,
@@ -568,22 +600,28 @@ pub fn load_mnist(dir: &Path, split: &str, limit: usize) -> Result<Vec<ImageItem
 /// Running sums of the numeric metrics of one split in one epoch.
 #[derive(Default)]
 struct SplitStats {
+    /// Per metric name: the sum of batch value × batch size.
     sums: HashMap<String, f64>,
+    /// Items seen so far in this epoch.
     items: usize,
+    /// Values of the current batch, waiting for its size.
     pending: Vec<(String, f64)>,
 }
 
 impl SplitStats {
+    /// Adds the pending values of a batch of `items` items to the sums.
     fn add_batch(&mut self, items: usize) {
         for (name, value) in self.pending.drain(..) {
             *self.sums.entry(name).or_default() += value * items as f64;
         }
         self.items += items;
     }
+    /// The mean of metric `name` over the items seen, if any.
     fn mean(&self, name: &str) -> Option<f64> {
         (self.items > 0)
             .then(|| self.sums.get(name).copied().unwrap_or(f64::NAN) / self.items as f64)
     }
+    /// "loss … accuracy …" for a progress line.
     fn describe(&self) -> String {
         let loss = self.mean("Loss").unwrap_or(f64::NAN);
         let acc = self.mean("Accuracy").unwrap_or(f64::NAN);
@@ -595,18 +633,28 @@ impl SplitStats {
 /// with the epoch's mean training and validation loss and accuracy. (burn-train's own renderers
 /// are its full-screen TUI, behind the `tui` feature, and a debug dump of every iteration.)
 struct EpochRenderer {
+    /// Metric names by id, as registered by burn-train.
     names: HashMap<MetricId, String>,
+    /// Training metrics of the current epoch.
     train: SplitStats,
+    /// Validation metrics of the current epoch.
     valid: SplitStats,
+    /// The current epoch (1-based).
     epoch: usize,
+    /// Training items processed at the previous update, to get each batch's size.
     last_train_items: usize,
+    /// Validation items processed at the previous update.
     last_valid_items: usize,
+    /// Item count at which the next intermediate progress line is printed.
     next_report: usize,
+    /// When the current epoch began.
     epoch_start: Instant,
+    /// When training began.
     start: Instant,
 }
 
 impl EpochRenderer {
+    /// A renderer with nothing recorded yet.
     fn new() -> Self {
         Self {
             names: HashMap::new(),
@@ -621,6 +669,7 @@ impl EpochRenderer {
         }
     }
 
+    /// Keeps a numeric metric value of the current batch.
     fn record(&mut self, state: MetricState, valid: bool) {
         if let MetricState::Numeric(entry, value) = state {
             let name = self
@@ -741,14 +790,19 @@ pub struct TrainingConfig {
     pub seed: u64,
     /// Training images.
     pub train_size: usize,
+    /// Validation images.
+    pub valid_size: usize,
     /// Final validation accuracy, in percent.
     pub valid_accuracy: f64,
 }
 
+/// The recorder of every file this example writes: named MessagePack, full precision.
 fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
     NamedMpkFileRecorder::<FullPrecisionSettings>::new()
 }
 
+/// Generates or loads the data, trains with burn-train's `Learner`, saves the model and the
+/// configuration, then reloads the checkpoint and predicts.
 fn train<B: AutodiffBackend>(
     args: &Args,
     device: B::Device,
@@ -758,7 +812,7 @@ fn train<B: AutodiffBackend>(
     let (train_items, valid_items) = match args.dataset {
         DatasetKind::Shapes => (
             generate_shapes(args.train_size, args.seed),
-            generate_shapes(args.valid_size, args.seed.wrapping_add(1_000_003)),
+            generate_shapes(args.valid_size, args.seed.wrapping_add(VALID_SEED_OFFSET)),
         ),
         DatasetKind::Mnist => {
             let dir = args.data_dir.as_deref().expect("checked in Args::parse");
@@ -825,6 +879,7 @@ fn train<B: AutodiffBackend>(
         args.lr,
         args.seed,
         args.train_size,
+        valid_items.len(),
         valid_accuracy,
     );
     config
@@ -862,7 +917,10 @@ fn accuracy<B: Backend>(model: &Cnn<B>, items: &[ImageItem], device: &B::Device)
     100.0 * correct as f64 / items.len() as f64
 }
 
-/// Loads `dir/model.mpk` and classifies a few freshly generated images.
+/// Loads `dir/model.mpk` on backend `B`, recomputes the validation accuracy (shapes dataset:
+/// the validation images are regenerated from the seed in `config.json`), and classifies a few
+/// freshly generated images. The record is backend-neutral, so a model trained on `Mlx` loads
+/// on `NdArray` and gives the same results.
 fn predict_from_checkpoint<B: Backend>(
     dir: &Path,
     device: &B::Device,
@@ -883,9 +941,18 @@ fn predict_from_checkpoint<B: Backend>(
         config.valid_accuracy
     );
     if config.dataset != "shapes" {
-        println!("(new-image predictions are shown for the generated shapes dataset only)");
+        println!("(predictions are shown for the generated shapes dataset only)");
         return Ok(());
     }
+    let valid_items = generate_shapes(
+        config.valid_size,
+        config.seed.wrapping_add(VALID_SEED_OFFSET),
+    );
+    println!(
+        "validation accuracy recomputed with the loaded weights: {:.2}% ({} images)",
+        accuracy(&model, &valid_items, device),
+        valid_items.len()
+    );
     // Images no training or validation run has seen: another seed of the generator.
     let items = generate_shapes(NUM_CLASSES, seed.wrapping_mul(31).wrapping_add(7_777));
     let batch: ImageBatch<B> = ImageBatcher.batch(items.clone(), device);

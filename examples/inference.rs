@@ -29,6 +29,7 @@ struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
+    /// A freshly initialized `inputs → hidden → classes` network.
     fn new(inputs: usize, hidden: usize, classes: usize, device: &B::Device) -> Self {
         Self {
             hidden: LinearConfig::new(inputs, hidden).init(device),
@@ -46,10 +47,14 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
+/// Input features.
 const INPUTS: usize = 16;
+/// Hidden layer width.
 const HIDDEN: usize = 64;
+/// Output classes.
 const CLASSES: usize = 4;
 
+/// Predicts on `Mlx`, cross-checks against `NdArray`, then times batched inference.
 fn main() {
     let device = MlxDevice::default();
     println!("burn-mlx inference example on {device:?}");
