@@ -53,7 +53,7 @@ fn force<B: Backend, const D: usize>(t: Tensor<B, D>) {
     let flat = t.reshape([-1]);
     let n = flat.dims()[0];
     if n > 0 {
-        let _ = flat.slice([0..1]).into_data();
+        let _ = flat.narrow(0, 0, 1).into_data();
     }
 }
 

@@ -747,6 +747,7 @@ struct Attn {
 }
 
 impl Attn {
+    #[allow(clippy::type_complexity)]
     fn inputs<B: Backend>(
         &self,
         ctx: &Ctx<B>,
@@ -947,7 +948,7 @@ impl Case for Fft {
         let strides = [sshape[1] * sshape[2], sshape[2], 1];
         for (i, v) in im.iter_mut().enumerate() {
             let k = (i / strides[self.dim]) % bins;
-            if k == 0 || (len % 2 == 0 && k == len / 2) {
+            if k == 0 || (len.is_multiple_of(2) && k == len / 2) {
                 *v = 0.0;
             }
         }
@@ -969,7 +970,7 @@ impl Case for Fft {
             let imag = along(xr, self.dim, sm);
             let (mut ic, mut is) = (Vec::new(), Vec::new());
             for k in 0..bins {
-                let wgt = if k == 0 || (len % 2 == 0 && k == len / 2) {
+                let wgt = if k == 0 || (len.is_multiple_of(2) && k == len / 2) {
                     1.0
                 } else {
                     2.0

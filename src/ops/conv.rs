@@ -263,7 +263,7 @@ pub(super) fn conv_transpose<const N: usize>(
     run(op, &inputs, || {
         let groups = options.groups;
         let wdims = weight.dims();
-        if wdims.len() != N + 2 || wdims[0] % groups != 0 {
+        if wdims.len() != N + 2 || !wdims[0].is_multiple_of(groups) {
             return Err(format!(
                 "weight must be [channels_in, channels_out / groups, kernel...] with channels_in \
                  divisible by groups = {groups}"
@@ -357,6 +357,8 @@ fn crop_kernel(out: &Array, kernel: &[i32]) -> Res {
 
 /// The gradient of a convolution with respect to its weight, as one (grouped) convolution of
 /// the input with the output gradient, the batch playing the role of the channels.
+// The arguments are the convolution's own parameters; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn conv_weight_backward(
     x: MlxTensor,
     weight: MlxTensor,

@@ -179,7 +179,7 @@ impl FloatTensorOps<Self> for Mlx {
         binary(lhs, rhs, "float_cross", |a, b| {
             let d = dim as i32;
             let comp =
-                |x: &Array, i: i32| ops::indexing::take_axis(x, &Array::from_slice(&[i], &[1]), d);
+                |x: &Array, i: i32| ops::indexing::take_axis(x, Array::from_slice(&[i], &[1]), d);
             let (a0, a1, a2) = (comp(a, 0)?, comp(a, 1)?, comp(a, 2)?);
             let (b0, b1, b2) = (comp(b, 0)?, comp(b, 1)?, comp(b, 2)?);
             let c0 = a1.multiply(&b2)?.subtract(&a2.multiply(&b1)?)?;
