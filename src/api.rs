@@ -60,6 +60,7 @@ impl MlxTensor {
         let a = device
             .scope(|| ops::zeros_dtype(&dims, T::DTYPE))
             .map_err(|e| MlxError::mlx("zeros", e))?;
+        crate::tensor::check_alloc(&a, device, "zeros")?;
         Ok(Self::from_array(a, device))
     }
 
@@ -80,6 +81,7 @@ impl MlxTensor {
         let a = device
             .scope(|| ops::broadcast_to(&v.as_dtype(T::DTYPE)?, &dims))
             .map_err(|e| MlxError::mlx("full", e))?;
+        crate::tensor::check_alloc(&a, device, "full")?;
         Ok(Self::from_array(a, device))
     }
 
@@ -190,6 +192,7 @@ pub trait MlxOps: Sized {
                 format!("{e} (input {})", crate::tensor::describe(&[&t.array])),
             )
         })?;
+        crate::tensor::check_alloc(&out, t.device, op)?;
         Ok(t.with(out))
     }
 
@@ -210,6 +213,7 @@ pub trait MlxOps: Sized {
                 ),
             )
         })?;
+        crate::tensor::check_alloc(&out, t.device, op)?;
         Ok(t.with(out))
     }
 

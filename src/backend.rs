@@ -40,9 +40,10 @@ impl Backend for Mlx {
         crate::ops::base::seed(seed);
     }
 
-    fn sync(_device: &MlxDevice) -> Result<(), ExecutionError> {
+    fn sync(device: &MlxDevice) -> Result<(), ExecutionError> {
         // Ops are lazy and every read evaluates what it needs; waiting for the device's queue
-        // finishes any evaluation another thread started.
+        // finishes any evaluation another thread started. A device MLX lacks is an error.
+        device.check().map_err(ExecutionError::from)?;
         let _guard = crate::tensor::eval_lock();
         crate::ffi::synchronize().map_err(ExecutionError::from)
     }

@@ -29,6 +29,21 @@ pub enum MlxError {
         /// The shapes it was given.
         shapes: String,
     },
+    /// The result would need more memory than the machine has.
+    #[error(
+        "`{op}`: a tensor of shape {shape} needs {bytes} bytes, more than this machine's memory \
+         and swap ({available} bytes)"
+    )]
+    Memory {
+        /// The operation.
+        op: String,
+        /// The shape and dtype of the tensor it would create.
+        shape: String,
+        /// The bytes the tensor needs.
+        bytes: u64,
+        /// The bytes of memory and swap the machine has.
+        available: u64,
+    },
     /// The requested device is not available in this build or on this machine.
     #[error("device {device} is not available: {hint}")]
     Device {

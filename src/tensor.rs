@@ -100,7 +100,15 @@ impl QTensorPrimitive for MlxTensor {
 
 impl MlxTensor {
     /// Wraps an MLX array that lives on `device`.
+    ///
+    /// # Panics
+    ///
+    /// On the CPU, when the array needs more bytes than the machine's memory and swap hold:
+    /// MLX's CPU allocator does not report such a failure, and computing the array would crash.
     pub fn from_array(array: Array, device: MlxDevice) -> Self {
+        if let Err(e) = check_alloc(&array, device, "allocate") {
+            panic!("burn-mlx: {e}");
+        }
         Self {
             array,
             device,
@@ -191,6 +199,7 @@ impl MlxTensor {
             return Ok(TensorData::from_bytes_vec(Vec::new(), dims, burn_dtype));
         }
         crate::ffi::thread_init();
+        check_alloc(&self.array, self.device, "into_data")?;
         let contiguous = self
             .array
             .contiguous()
@@ -234,6 +243,44 @@ fn raw_bytes<T: Copy, E>(slice: Result<&[T], E>) -> Result<Vec<u8>, E> {
         std::slice::from_raw_parts(slice.as_ptr().cast::<u8>(), std::mem::size_of_val(slice))
     };
     Ok(bytes.to_vec())
+}
+
+/// Bytes of physical memory plus swap on this machine (Linux: `/proc/meminfo`), read once.
+fn cpu_memory_bytes() -> Option<u64> {
+    static BYTES: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kib = |key: &str| -> Option<u64> {
+            let line = info.lines().find(|l| l.starts_with(key))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)) * 1024)
+    })
+}
+
+/// Checks that a CPU array's buffer could fit in memory at all.
+///
+/// MLX's CPU allocator does not report a failed allocation: the kernel that fills the buffer
+/// then writes through a null pointer and the process dies with SIGSEGV. A buffer larger than
+/// the machine's RAM plus swap can never be allocated, so such arrays are refused when they are
+/// built (the check reads only the shape and dtype, so ops stay lazy).
+pub(crate) fn check_alloc(array: &Array, device: MlxDevice, op: &str) -> Result<(), MlxError> {
+    if device != MlxDevice::Cpu {
+        return Ok(());
+    }
+    let Some(limit) = cpu_memory_bytes() else {
+        return Ok(());
+    };
+    let bytes = (array.size() as u128) * (array.item_size() as u128);
+    if bytes > limit as u128 {
+        return Err(MlxError::Memory {
+            op: op.into(),
+            shape: format!("{:?} {:?}", array.shape(), array.dtype()),
+            bytes: bytes.min(u64::MAX as u128) as u64,
+            available: limit,
+        });
+    }
+    Ok(())
 }
 
 /// The error for f64 on a GPU, which MLX does not support there.

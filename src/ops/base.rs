@@ -238,9 +238,45 @@ pub(crate) fn slice_assign(t: MlxTensor, slices: &[Slice], value: MlxTensor) -> 
 pub(crate) fn gather(dim: usize, t: MlxTensor, indices: MlxTensor) -> MlxTensor {
     let out = t
         .device
-        .scope(|| ops::indexing::take_along_axis(&t.array, &indices.array, dim as i32))
+        .scope(|| {
+            let idx = clamp_indices(&indices.array, t.array.shape()[dim])?;
+            ops::indexing::take_along_axis(&t.array, &idx, dim as i32)
+        })
         .or_panic("gather", &[&t.array, &indices.array]);
     t.with(out)
+}
+
+/// Clamps indices into `[0, n - 1]`.
+///
+/// MLX does not bounds-check gathers and scatters: an out-of-range index reads or writes outside
+/// the buffer (garbage values, heap corruption). Burn leaves the result of an out-of-range index
+/// unspecified, so burn-mlx clamps them: the result is deterministic and memory stays intact,
+/// without evaluating the indices (ops stay lazy).
+fn clamp_indices(indices: &Array, n: i32) -> MlxResult {
+    let dtype = indices.dtype();
+    let max = match dtype {
+        Dtype::Int8 => i8::MAX as i64,
+        Dtype::Uint8 => u8::MAX as i64,
+        Dtype::Int16 => i16::MAX as i64,
+        Dtype::Uint16 => u16::MAX as i64,
+        _ => i64::MAX,
+    };
+    let hi = ((n as i64) - 1).clamp(0, max);
+    let lo = Array::from_int(0).as_dtype(dtype)?;
+    let hi = Array::from_slice(&[hi], &[]).as_dtype(dtype)?;
+    ops::minimum(ops::maximum(indices, &lo)?, &hi)
+}
+
+/// `values` with zeros where `indices` (same shape) is outside `[0, n)`: a scatter-add then
+/// drops the updates of out-of-range indices instead of adding them at a clamped position.
+fn drop_out_of_range(values: &Array, indices: &Array, n: i32) -> MlxResult {
+    let idx = indices.as_dtype(Dtype::Int64)?;
+    let ok = ops::logical_and(
+        &idx.ge(Array::from_slice(&[0i64], &[]))?,
+        &idx.lt(Array::from_slice(&[n as i64], &[]))?,
+    )?;
+    let zero = Array::from_int(0).as_dtype(values.dtype())?;
+    ops::select(&ok, values, &zero)
 }
 
 /// Burn's `scatter_add`: adds `value` into `t` at `indices` along `dim`.
@@ -253,7 +289,13 @@ pub(crate) fn scatter_add(
     let value = cast(value, t.array.dtype());
     let out = t
         .device
-        .scope(|| ffi::scatter_add_axis(&t.array, &indices.array, &value.array, dim as i32))
+        .scope(|| {
+            let n = t.array.shape()[dim];
+            let value = drop_out_of_range(&value.array, &indices.array, n)?;
+            let idx = clamp_indices(&indices.array, n)?;
+            ffi::scatter_add_axis(&t.array, &idx, &value, dim as i32)
+                .map_err(|e| Exception::custom(e.to_string()))
+        })
         .or_panic("scatter_add", &[&t.array, &indices.array, &value.array]);
     t.with(out)
 }
@@ -262,7 +304,10 @@ pub(crate) fn scatter_add(
 pub(crate) fn select(t: MlxTensor, dim: usize, indices: MlxTensor) -> MlxTensor {
     let out = t
         .device
-        .scope(|| ops::indexing::take_axis(&t.array, &indices.array, dim as i32))
+        .scope(|| {
+            let idx = clamp_indices(&indices.array, t.array.shape()[dim])?;
+            ops::indexing::take_axis(&t.array, &idx, dim as i32)
+        })
         .or_panic("select", &[&t.array, &indices.array]);
     t.with(out)
 }
@@ -283,7 +328,10 @@ pub(crate) fn select_add(
             idx_shape[dim] = indices.array.size() as i32;
             let idx = indices.array.reshape(&idx_shape)?;
             let idx = ops::broadcast_to(&idx, value.array.shape())?;
-            ffi::scatter_add_axis(&t.array, &idx, &value.array, dim as i32)
+            let n = t.array.shape()[dim];
+            let value = drop_out_of_range(&value.array, &idx, n)?;
+            let idx = clamp_indices(&idx, n)?;
+            ffi::scatter_add_axis(&t.array, &idx, &value, dim as i32)
                 .map_err(|e| Exception::custom(e.to_string()))
         })
         .or_panic("select_add", &[&t.array, &indices.array, &value.array]);
@@ -773,13 +821,13 @@ pub(crate) fn random(
                         let u = random::uniform::<_, f32>(0.0f32, 1.0f32, &dims[..], Some(&key))?;
                         let span = Array::from_f32((high - low) as f32);
                         let v = u.multiply(&span)?.floor()?;
-                        let v = v.add(&Array::from_f32(low as f32))?;
-                        ops::minimum(&v, &Array::from_f32((high - 1.0).max(low) as f32))?
+                        let v = v.add(Array::from_f32(low as f32))?;
+                        ops::minimum(&v, Array::from_f32((high - 1.0).max(low) as f32))?
                     }
                 }
                 Distribution::Bernoulli(p) => {
                     let u = random::uniform::<_, f32>(0.0f32, 1.0f32, &dims[..], Some(&key))?;
-                    u.lt(&Array::from_f32(p as f32))?
+                    u.lt(Array::from_f32(p as f32))?
                 }
                 Distribution::Normal(mean, std) => {
                     random::normal::<f32>(&dims[..], mean as f32, std as f32, Some(&key))?
@@ -826,7 +874,9 @@ pub(crate) fn gather_nd(data: MlxTensor, indices: MlxTensor) -> MlxTensor {
         let dims = a.shape().to_vec();
         let k = *idx.shape().last().unwrap_or(&0) as usize;
         let (linear, batch) = nd_positions(&dims, &idx)?;
-        let taken = ops::indexing::take_axis(&nd_flatten(a, k)?, &linear, 0)?;
+        let flat = nd_flatten(a, k)?;
+        let linear = clamp_indices(&linear, flat.shape()[0])?;
+        let taken = ops::indexing::take_axis(&flat, &linear, 0)?;
         let mut out = batch;
         out.extend_from_slice(&dims[k..]);
         taken.reshape(&out)
@@ -851,6 +901,7 @@ pub(crate) fn scatter_nd(
         upd_shape.extend_from_slice(&dims[k..]);
         let updates = vals.reshape(&upd_shape)?;
         let flat = nd_flatten(a, k)?;
+        let linear = clamp_indices(&linear, flat.shape()[0])?;
         let out = match reduction {
             Op::Assign => ops::indexing::scatter_single(&flat, &linear, &updates, 0)?,
             Op::Add => ops::indexing::scatter_add_single(&flat, &linear, &updates, 0)?,
