@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release --example op_overhead`
 use burn_mlx::{Mlx, MlxDevice};
-use burn_tensor::Tensor;
+use burn_tensor::{Distribution, Tensor};
 use mlx_rs::Array;
 use std::time::Instant;
 
@@ -28,7 +28,9 @@ fn median_micros(mut f: impl FnMut()) -> f64 {
 fn main() {
     let device = MlxDevice::Cpu;
     for n in [16usize, 1024] {
-        let x = Tensor::<Mlx, 2>::ones([n, n], &device);
+        // Random (not `ones`): MLX stores a filled tensor as one broadcast value, and elementwise
+        // ops on it compute a single element, which would not be the same work as below.
+        let x = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device);
         let burn = median_micros(|| {
             let mut y = x.clone();
             for i in 0..OPS / 4 {
@@ -36,7 +38,9 @@ fn main() {
             }
             let _ = Mlx::sync_all(&y);
         });
-        let a = Array::ones::<f32>(&[n as i32, n as i32]).unwrap();
+        let a = mlx_rs::random::uniform::<_, f32>(0.0f32, 1.0f32, &[n as i32, n as i32][..], None)
+            .unwrap();
+        a.eval().unwrap();
         let raw = median_micros(|| {
             let mut y = a.clone();
             for i in 0..OPS / 4 {
