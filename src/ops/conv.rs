@@ -357,18 +357,19 @@ fn crop_kernel(out: &Array, kernel: &[i32]) -> Res {
 
 /// The gradient of a convolution with respect to its weight, as one (grouped) convolution of
 /// the input with the output gradient, the batch playing the role of the channels.
-// The arguments are the convolution's own parameters; a struct would only rename them.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn conv_weight_backward(
+pub(super) fn conv_weight_backward<const N: usize>(
     x: MlxTensor,
     weight: MlxTensor,
     output_grad: MlxTensor,
-    stride: &[usize],
-    padding: &[usize],
-    dilation: &[usize],
-    groups: usize,
+    options: &burn_backend::ops::ConvOptions<N>,
     op: &str,
 ) -> MlxTensor {
+    let (stride, padding, dilation) = (
+        &options.stride[..],
+        &options.padding[..],
+        &options.dilation[..],
+    );
+    let groups = options.groups;
     run(op, &[&x, &weight, &output_grad], || {
         let g = groups as i32;
         let n = stride.len();

@@ -148,16 +148,7 @@ impl ModuleOps<Mlx> for Mlx {
         output_grad: MlxTensor,
         options: ConvOptions<1>,
     ) -> MlxTensor {
-        conv::conv_weight_backward(
-            x,
-            weight,
-            output_grad,
-            &options.stride,
-            &options.padding,
-            &options.dilation,
-            options.groups,
-            "conv1d_weight_backward",
-        )
+        conv::conv_weight_backward(x, weight, output_grad, &options, "conv1d_weight_backward")
     }
 
     fn conv_transpose1d_weight_backward(
@@ -181,16 +172,7 @@ impl ModuleOps<Mlx> for Mlx {
         output_grad: MlxTensor,
         options: ConvOptions<2>,
     ) -> MlxTensor {
-        conv::conv_weight_backward(
-            x,
-            weight,
-            output_grad,
-            &options.stride,
-            &options.padding,
-            &options.dilation,
-            options.groups,
-            "conv2d_weight_backward",
-        )
+        conv::conv_weight_backward(x, weight, output_grad, &options, "conv2d_weight_backward")
     }
 
     fn conv_transpose2d_weight_backward(
@@ -214,16 +196,7 @@ impl ModuleOps<Mlx> for Mlx {
         output_grad: MlxTensor,
         options: ConvOptions<3>,
     ) -> MlxTensor {
-        conv::conv_weight_backward(
-            x,
-            weight,
-            output_grad,
-            &options.stride,
-            &options.padding,
-            &options.dilation,
-            options.groups,
-            "conv3d_weight_backward",
-        )
+        conv::conv_weight_backward(x, weight, output_grad, &options, "conv3d_weight_backward")
     }
 
     fn conv_transpose3d_weight_backward(
