@@ -45,7 +45,9 @@ impl Backend for Mlx {
         // finishes any evaluation another thread started. A device MLX lacks is an error.
         device.check().map_err(ExecutionError::from)?;
         let _guard = crate::tensor::eval_lock();
-        crate::ffi::synchronize().map_err(ExecutionError::from)
+        crate::ffi::synchronize().map_err(ExecutionError::from)?;
+        crate::ffi::after_eval(*device);
+        Ok(())
     }
 
     fn memory_cleanup(_device: &MlxDevice) {

@@ -12,9 +12,79 @@ use std::sync::Once;
 pub(crate) fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
+        configure_cuda_graphs();
         // Any mlx-rs call that goes through its error guard installs the handler.
         let _ = mlx_rs::Device::try_default();
     });
+}
+
+/// Called after each evaluation: GPU evaluations number 1, 2, 4, 8, … (re)install the exit guard.
+///
+/// Exit handlers run in reverse order of registration, and MLX creates CUDA objects lazily (the
+/// first convolution, the first attention, …), so the guard is registered again at growing
+/// intervals to stay behind the objects created since: a handful of registrations per process.
+pub(crate) fn after_eval(device: crate::MlxDevice) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static GPU_EVALS: AtomicU64 = AtomicU64::new(0);
+    if device == crate::MlxDevice::Gpu && cfg!(not(target_os = "macos")) {
+        let n = GPU_EVALS.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            install_exit_guard();
+        }
+    }
+}
+
+/// Ends the process at `exit` before MLX's CUDA state is torn down.
+///
+/// MLX 0.32.2's CUDA backend keeps streams and handles in static objects. At `exit`, the CUDA
+/// runtime shuts down before some of them are destroyed; their destructors then fail with
+/// "driver shutting down" and throw, and the C++ runtime aborts the process, so a program (or a
+/// test binary) that succeeded exits with SIGABRT. Handlers registered with `on_exit` run in
+/// reverse order, so one registered after the first GPU evaluation runs before that teardown:
+/// it flushes C stdio and ends the process with its exit status, skipping the destructors that
+/// would abort. Rust's own stdout is flushed before `exit` is called. Handlers that other code
+/// registered earlier are skipped too; set `BURN_MLX_CLEAN_EXIT=1` to keep the normal exit.
+fn install_exit_guard() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::os::raw::{c_int, c_void};
+        extern "C" {
+            fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+            fn fflush(stream: *mut c_void) -> c_int;
+            fn _exit(status: c_int) -> !;
+        }
+        extern "C" fn quick_exit(status: c_int, _arg: *mut c_void) {
+            // SAFETY: flushing all C streams and ending the process are valid at exit time.
+            unsafe {
+                fflush(std::ptr::null_mut());
+                _exit(status)
+            }
+        }
+        if std::env::var_os("BURN_MLX_CLEAN_EXIT").is_some_and(|v| v != "0") {
+            return;
+        }
+        // SAFETY: `quick_exit` is a valid handler for the life of the process.
+        unsafe {
+            on_exit(quick_exit, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Turns MLX's CUDA graphs off unless the user chose (`MLX_USE_CUDA_GRAPHS`), before MLX reads it.
+///
+/// MLX's CUDA backend records each evaluation into a CUDA graph by stream capture. A capture is
+/// broken by memory management that another thread does meanwhile (creating a tensor from host
+/// data, dropping one), which Burn's data loaders and multi-threaded training do all the time:
+/// Burn's backend suite, run with 16 threads on MLX 0.32.2, failed with "cudaStreamEndCapture
+/// ... failed" with graphs on and passed with them off. burn-mlx already serializes evaluation,
+/// so without graphs each kernel is launched directly, at some launch overhead (BENCHMARKS.md
+/// has the measured cost). Programs that use tensors from one thread only can set
+/// `MLX_USE_CUDA_GRAPHS=1`.
+fn configure_cuda_graphs() {
+    if cfg!(not(target_os = "macos")) && std::env::var_os("MLX_USE_CUDA_GRAPHS").is_none() {
+        // Edition 2021: `set_var` is safe; this runs once, before burn-mlx creates MLX state.
+        std::env::set_var("MLX_USE_CUDA_GRAPHS", "0");
+    }
 }
 
 /// Runs an mlx-c op that writes one array, on the thread's default stream.

@@ -149,7 +149,9 @@ impl MlxTensor {
     /// Computes the pending graph of this tensor.
     pub fn eval(&self) -> Result<(), MlxError> {
         let _guard = eval_lock();
-        self.array.eval().map_err(|e| MlxError::mlx("eval", e))
+        self.array.eval().map_err(|e| MlxError::mlx("eval", e))?;
+        crate::ffi::after_eval(self.device);
+        Ok(())
     }
 
     /// Builds a tensor from Burn's `TensorData` (the bytes are copied into MLX).
@@ -182,8 +184,8 @@ impl MlxTensor {
             unsafe { Array::from_raw_data(bytes.as_ptr().cast(), &shape, dtype) }
         };
         let array = match data.dtype {
-            DType::Bool(burn_backend::BoolStore::U8 | burn_backend::BoolStore::U32) => array
-                .as_dtype(Dtype::Bool)
+            DType::Bool(burn_backend::BoolStore::U8 | burn_backend::BoolStore::U32) => device
+                .scope(|| array.as_dtype(Dtype::Bool))
                 .map_err(|e| MlxError::mlx("from_data", e))?,
             _ => array,
         };
@@ -201,13 +203,14 @@ impl MlxTensor {
         crate::ffi::thread_init();
         check_alloc(&self.array, self.device, "into_data")?;
         let contiguous = self
-            .array
-            .contiguous()
+            .device
+            .scope(|| self.array.contiguous())
             .map_err(|e| MlxError::mlx("into_data", e))?;
         let _guard = eval_lock();
         contiguous
             .eval()
             .map_err(|e| MlxError::mlx("into_data", e))?;
+        crate::ffi::after_eval(self.device);
         let bytes = match dtype {
             Dtype::Bool => raw_bytes(contiguous.try_as_slice::<bool>()),
             Dtype::Uint8 => raw_bytes(contiguous.try_as_slice::<u8>()),

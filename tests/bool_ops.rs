@@ -48,7 +48,7 @@ unary_bool!(into_int_and_float, |ctx, x| (
     x.clone().cast(IntDType::I32),
     x.clone().cast(IntDType::U8),
     x.clone().cast(IntDType::I8),
-    x.clone().cast(FloatDType::F64),
+    x.clone().cast(widest_float()),
     x.cast(FloatDType::F32),
 ));
 

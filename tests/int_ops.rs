@@ -92,7 +92,7 @@ diff_int!(int_into_float, INTS, |ctx| {
     let x = ctx.il::<2>([3, 4], 0, 100, Layout::Flipped);
     (
         x.clone().float(),
-        x.clone().cast(FloatDType::F64),
+        x.clone().cast(widest_float()),
         x.cast(FloatDType::F32),
     )
 });

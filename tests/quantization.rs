@@ -2,7 +2,7 @@
 //! quantized data (values, then scales), dequantized values, layout ops on quantized tensors,
 //! and the float ops Burn runs on them.
 
-use burn_mlx::Mlx;
+use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::NdArray;
 use burn_tensor::backend::Backend;
 use burn_tensor::quantization::{
@@ -545,7 +545,7 @@ fn float_ops_on_quantized_tensors_match_ndarray() {
                 // (Both are checked against dequantized references in other tests.)
                 continue;
             }
-            m.assert_approx_eq::<f32>(&n, Tolerance::rel_abs(1e-5, 1e-5));
+            m.assert_approx_eq::<f32>(&n, gemm_tol(name == "matmul"));
         }
     }
 }
@@ -561,7 +561,17 @@ fn block_quantized_transpose_matmul_uses_each_values_scale() {
     let fa = Tensor::<Nd, 2>::from_data(a.dequantize().into_data(), &nd_dev);
     let fb = Tensor::<Nd, 2>::from_data(b.dequantize().into_data(), &nd_dev);
     let want = fa.matmul(fb.transpose()).into_data();
-    got.assert_approx_eq::<f32>(&want, Tolerance::rel_abs(1e-5, 1e-5));
+    got.assert_approx_eq::<f32>(&want, gemm_tol(true));
+}
+
+/// 1e-5, or TF32-level for a GEMM on CUDA, where MLX rounds f32 GEMM inputs to TF32.
+fn gemm_tol(gemm: bool) -> Tolerance<f32> {
+    let cuda = MlxDevice::default() == MlxDevice::Gpu && cfg!(not(target_os = "macos"));
+    if gemm && cuda {
+        Tolerance::rel_abs(5e-3, 5e-3)
+    } else {
+        Tolerance::rel_abs(1e-5, 1e-5)
+    }
 }
 
 #[test]

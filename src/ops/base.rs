@@ -253,6 +253,13 @@ pub(crate) fn gather(dim: usize, t: MlxTensor, indices: MlxTensor) -> MlxTensor 
 /// unspecified, so burn-mlx clamps them: the result is deterministic and memory stays intact,
 /// without evaluating the indices (ops stay lazy).
 fn clamp_indices(indices: &Array, n: i32) -> MlxResult {
+    if n == 0 && indices.size() > 0 {
+        // No index is valid. MLX's CPU refuses such a take, but its CUDA kernels read outside
+        // the (empty) buffer, so refuse it here for every device.
+        return Err(Exception::custom(
+            "an index into a dimension of size 0: no index is valid there",
+        ));
+    }
     let dtype = indices.dtype();
     let max = match dtype {
         Dtype::Int8 => i8::MAX as i64,
@@ -406,15 +413,31 @@ pub(crate) fn unfold(t: MlxTensor, dim: usize, size: usize, step: usize) -> MlxT
 /// Sum of every element, as a 1-element tensor of the input's dtype.
 pub(crate) fn sum(t: MlxTensor) -> MlxTensor {
     let dtype = t.array.dtype();
-    unary(t, "sum", |a| cast_array(a.sum(None)?.reshape(&[1])?, dtype))
+    let gpu = t.device == MlxDevice::Gpu;
+    unary(t, "sum", |a| {
+        cast_array(accumulable(a, gpu)?.sum(None)?.reshape(&[1])?, dtype)
+    })
 }
 
 /// Sum along `dim`, keeping it.
 pub(crate) fn sum_dim(t: MlxTensor, dim: usize) -> MlxTensor {
     let dtype = t.array.dtype();
+    let gpu = t.device == MlxDevice::Gpu;
     unary(t, "sum_dim", |a| {
-        cast_array(a.sum_axis(dim as i32, true)?, dtype)
+        cast_array(accumulable(a, gpu)?.sum_axis(dim as i32, true)?, dtype)
     })
+}
+
+/// `a` in a dtype whose sums are accurate: f16/bf16 widened to f32 on the GPU.
+///
+/// MLX's CPU kernels accumulate half-precision sums in f32, as burn-ndarray's results do; its
+/// CUDA reduction accumulated bf16 in a way that lost 0.07 on a sum of 60 values (MLX 0.32.2).
+fn accumulable(a: &Array, gpu: bool) -> MlxResult {
+    if gpu && matches!(a.dtype(), Dtype::Float16 | Dtype::Bfloat16) {
+        a.as_dtype(Dtype::Float32)
+    } else {
+        Ok(a.clone())
+    }
 }
 
 /// Product of every element.
@@ -437,7 +460,10 @@ pub(crate) fn prod_dim(t: MlxTensor, dim: usize) -> MlxTensor {
 pub(crate) fn mean_dim(t: MlxTensor, dim: usize) -> MlxTensor {
     let dtype = t.array.dtype();
     if is_float(dtype) {
-        return unary(t, "mean_dim", |a| a.mean_axis(dim as i32, true));
+        let gpu = t.device == MlxDevice::Gpu;
+        return unary(t, "mean_dim", |a| {
+            cast_array(accumulable(a, gpu)?.mean_axis(dim as i32, true)?, dtype)
+        });
     }
     let n = t.dims()[dim].max(1) as i64;
     unary(t, "mean_dim", |a| {
@@ -450,7 +476,10 @@ pub(crate) fn mean_dim(t: MlxTensor, dim: usize) -> MlxTensor {
 pub(crate) fn mean(t: MlxTensor) -> MlxTensor {
     let dtype = t.array.dtype();
     if is_float(dtype) {
-        return unary(t, "mean", |a| a.mean(None)?.reshape(&[1]));
+        let gpu = t.device == MlxDevice::Gpu;
+        return unary(t, "mean", |a| {
+            cast_array(accumulable(a, gpu)?.mean(None)?.reshape(&[1])?, dtype)
+        });
     }
     let n = t.array.size().max(1) as i64;
     unary(t, "mean", |a| {
@@ -557,8 +586,16 @@ pub(crate) fn argmax(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
     if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmax") {
         return empty;
     }
+    let gpu = t.device == MlxDevice::Gpu;
     unary(t, "argmax", |a| {
-        ops::indexing::argmax_axis(a, dim as i32, true)?.as_dtype(out)
+        let idx = if gpu && is_float(a.dtype()) {
+            arg_extreme_nan_first(a, dim as i32, f64::NEG_INFINITY, |x, d| {
+                ops::indexing::argmax_axis(x, d, true)
+            })?
+        } else {
+            ops::indexing::argmax_axis(a, dim as i32, true)?
+        };
+        idx.as_dtype(out)
     })
 }
 
@@ -567,9 +604,38 @@ pub(crate) fn argmin(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
     if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmin") {
         return empty;
     }
+    let gpu = t.device == MlxDevice::Gpu;
     unary(t, "argmin", |a| {
-        ops::indexing::argmin_axis(a, dim as i32, true)?.as_dtype(out)
+        let idx = if gpu && is_float(a.dtype()) {
+            arg_extreme_nan_first(a, dim as i32, f64::INFINITY, |x, d| {
+                ops::indexing::argmin_axis(x, d, true)
+            })?
+        } else {
+            ops::indexing::argmin_axis(a, dim as i32, true)?
+        };
+        idx.as_dtype(out)
     })
+}
+
+/// Burn's float `argmax`/`argmin` on devices whose MLX kernel treats NaN differently.
+///
+/// Burn (burn-ndarray) scans from the first element and keeps it while no later value compares
+/// greater (less), so a NaN wins only when it comes first along the axis, and later NaNs are
+/// skipped. MLX's CPU kernel scans the same way; its CUDA kernel reduces in a tree and may pick
+/// any NaN. Here every NaN becomes `skip` (which never wins over the first element on ties),
+/// and a NaN in the first position wins outright.
+fn arg_extreme_nan_first(
+    a: &Array,
+    axis: i32,
+    skip: f64,
+    arg: impl Fn(&Array, i32) -> MlxResult,
+) -> MlxResult {
+    let filler = Array::from_f32(skip as f32).as_dtype(a.dtype())?;
+    let cleaned = ops::select(&a.is_nan()?, &filler, a)?;
+    let idx = arg(&cleaned, axis)?;
+    let first = a.take_axis(Array::from_slice(&[0i32], &[1]), axis)?;
+    let zero = Array::from_int(0).as_dtype(idx.dtype())?;
+    ops::select(&first.is_nan()?, &zero, &idx)
 }
 
 /// An integer key whose order is `a`'s total order (`f32::total_cmp`: -NaN < -inf < … < -0 <
@@ -583,7 +649,9 @@ fn total_order_key(a: &Array) -> MlxResult {
         Dtype::Float64 => (Dtype::Int64, Array::from_slice(&[i64::MAX], &[])),
         _ => (Dtype::Int32, Array::from_int(i32::MAX)),
     };
-    let bits = a.view_dtype(int)?;
+    // A strided input is made contiguous first: MLX's CUDA `view` reads a permuted array in
+    // storage order (seen on MLX 0.32.2), while the CPU copies.
+    let bits = a.contiguous()?.view_dtype(int)?;
     let max = max.as_dtype(int)?;
     let zero = Array::from_int(0).as_dtype(int)?;
     let flipped = ffi::bitwise_xor(&bits, &max).map_err(|e| Exception::custom(e.to_string()))?;
@@ -603,6 +671,8 @@ fn descending_key(a: &Array) -> MlxResult {
 
 /// Indices that sort `a` along `axis`, floats in their total order (NaN after +inf).
 fn argsort_array(a: &Array, axis: i32, descending: bool) -> MlxResult {
+    // MLX's CUDA sort reads a permuted (strided) input in storage order (MLX 0.32.2).
+    let a = &a.contiguous()?;
     if descending {
         ops::argsort_axis(&descending_key(a)?, axis)
     } else if is_float(a.dtype()) {
@@ -622,7 +692,7 @@ pub(crate) fn argsort(t: MlxTensor, dim: usize, descending: bool, out: Dtype) ->
 /// Burn's `sort`.
 pub(crate) fn sort(t: MlxTensor, dim: usize, descending: bool) -> MlxTensor {
     if !descending {
-        return unary(t, "sort", |a| ops::sort_axis(a, dim as i32));
+        return unary(t, "sort", |a| ops::sort_axis(a.contiguous()?, dim as i32));
     }
     unary(t, "sort", |a| {
         let idx = argsort_array(a, dim as i32, true)?;
