@@ -1,0 +1,291 @@
+//! Speed of Burn + `Mlx` on the GPU (CUDA on NVIDIA, Metal on Apple Silicon), against raw
+//! mlx-rs in the same process.
+//!
+//! ```text
+//! cargo run --release --features cuda --example gpu_bench            # Linux + NVIDIA
+//! cargo run --release --example gpu_bench                            # macOS (Metal)
+//! cargo run --release --example gpu_bench -- --device cpu --quick   # anywhere, as a check
+//! ```
+//!
+//! Workloads: square matmuls in f32 and bf16 from 1024 to 8192 (Burn + `Mlx` and raw mlx-rs),
+//! and one full training step (forward, backward, Adam) of the MLP, the example CNN and the
+//! small Transformer encoder of `cargo bench -p burn-mlx-bench`. Each line prints the median
+//! over timed runs after a warm-up, and `--json FILE` writes the same numbers for
+//! `scripts/gpu_reference.py`, which measures MLX's Python API and PyTorch eager on the same
+//! workloads and prints the comparison table.
+
+extern crate burn_core as burn;
+
+use burn::module::{AutodiffModule, Module};
+use burn_autodiff::Autodiff;
+use burn_mlx::{Mlx, MlxDevice};
+use burn_nn::conv::{Conv2d, Conv2dConfig};
+use burn_nn::loss::CrossEntropyLossConfig;
+use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn_nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn_nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn_optim::{AdamConfig, GradientsParams, Optimizer};
+use burn_tensor::backend::Backend;
+use burn_tensor::{DType, Distribution, Int, Tensor, TensorData};
+use std::time::{Duration, Instant};
+
+type AD = Autodiff<Mlx>;
+
+/// Median seconds per call of `f`, after two warm-up calls, over at least 5 calls and until
+/// `budget` has passed (at most 50 calls).
+fn median_secs(budget: Duration, mut f: impl FnMut()) -> f64 {
+    f();
+    f();
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < 5 || (start.elapsed() < budget && times.len() < 50) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
+/// Evaluates `t` and waits for the device: reading one element back forces the whole graph
+/// that produced it (MLX evaluates whole primitives).
+fn force<const D: usize, B: Backend>(t: Tensor<B, D>) {
+    let _ = t.reshape([-1]).narrow(0, 0, 1).into_data();
+}
+
+/// The MLP of the benchmark: 784 → 512 → 512 → 10.
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    l1: Linear<B>,
+    l2: Linear<B>,
+    l3: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            l1: LinearConfig::new(784, 512).init(device),
+            l2: LinearConfig::new(512, 512).init(device),
+            l3: LinearConfig::new(512, 10).init(device),
+            relu: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let x = self.relu.forward(self.l1.forward(x));
+        let x = self.relu.forward(self.l2.forward(x));
+        self.l3.forward(x)
+    }
+}
+
+/// The example CNN of `examples/train.rs`: two 3×3 conv + ReLU + 2×2 max-pool stages, then two
+/// linear layers.
+#[derive(Module, Debug)]
+struct Cnn<B: Backend> {
+    conv1: Conv2d<B>,
+    conv2: Conv2d<B>,
+    pool: MaxPool2d,
+    fc1: Linear<B>,
+    fc2: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Cnn<B> {
+    fn new(device: &B::Device) -> Self {
+        let conv = |cin, cout| {
+            Conv2dConfig::new([cin, cout], [3, 3])
+                .with_padding(PaddingConfig2d::Same)
+                .init(device)
+        };
+        Self {
+            conv1: conv(1, 16),
+            conv2: conv(16, 32),
+            pool: MaxPool2dConfig::new([2, 2]).init(),
+            fc1: LinearConfig::new(32 * 7 * 7, 64).init(device),
+            fc2: LinearConfig::new(64, 10).init(device),
+            relu: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        let x = self.pool.forward(self.relu.forward(self.conv1.forward(x)));
+        let x = self.pool.forward(self.relu.forward(self.conv2.forward(x)));
+        let x: Tensor<B, 2> = x.flatten(1, 3);
+        self.fc2.forward(self.relu.forward(self.fc1.forward(x)))
+    }
+}
+
+/// Median seconds per Adam step (forward, backward, update, loss read back) of `model`.
+fn step_secs<M: AutodiffModule<AD>>(
+    model: M,
+    budget: Duration,
+    loss: impl Fn(&M) -> Tensor<AD, 1>,
+) -> f64 {
+    let mut model = Some(model);
+    let mut optim = AdamConfig::new().init::<AD, M>();
+    median_secs(budget, || {
+        let m = model
+            .take()
+            .expect("the model is put back after every step");
+        let l = loss(&m);
+        let grads = GradientsParams::from_grads(l.backward(), &m);
+        let m = optim.step(1e-3, m, grads);
+        let _ = l.into_scalar();
+        model = Some(m);
+    })
+}
+
+fn labels(n: usize, device: &MlxDevice) -> Tensor<AD, 1, Int> {
+    let v: Vec<i64> = (0..n).map(|i| (i * 7 % 10) as i64).collect();
+    Tensor::from_data(TensorData::new(v, [n]), device)
+}
+
+/// One result line: workload, implementation, median seconds.
+struct Line {
+    workload: String,
+    implementation: &'static str,
+    secs: f64,
+}
+
+struct Args {
+    device: MlxDevice,
+    sizes: Vec<usize>,
+    budget: Duration,
+    json: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        device: MlxDevice::Gpu,
+        sizes: vec![1024, 2048, 4096, 8192],
+        budget: Duration::from_secs(2),
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--device" => {
+                args.device = match it.next().as_deref() {
+                    Some("gpu") => MlxDevice::Gpu,
+                    Some("cpu") => MlxDevice::Cpu,
+                    other => return Err(format!("--device takes cpu or gpu, not {other:?}")),
+                }
+            }
+            "--quick" => {
+                args.sizes = vec![256, 512];
+                args.budget = Duration::from_millis(200);
+            }
+            "--json" => args.json = Some(it.next().ok_or("--json takes a file name")?),
+            other => return Err(format!("unknown argument {other:?}; see the file's header")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() {
+    let args = parse_args().unwrap_or_else(|e| {
+        eprintln!("gpu_bench: {e}");
+        std::process::exit(2);
+    });
+    if let Err(e) = args.device.check() {
+        eprintln!("gpu_bench: {e}");
+        std::process::exit(1);
+    }
+    let device = args.device;
+    let budget = args.budget;
+    let mut lines: Vec<Line> = Vec::new();
+    let mut push = |workload: String, implementation: &'static str, secs: f64| {
+        println!(
+            "{workload:<28} {implementation:<10} {:>10.3} ms",
+            secs * 1e3
+        );
+        lines.push(Line {
+            workload,
+            implementation,
+            secs,
+        });
+    };
+
+    let raw_device = match device {
+        MlxDevice::Cpu => mlx_rs::Device::cpu(),
+        MlxDevice::Gpu => mlx_rs::Device::gpu(),
+    };
+    let raw_stream = mlx_rs::Stream::try_default_on_device(&raw_device).expect("an MLX stream");
+    for (dt, raw_dt, label) in [
+        (DType::F32, mlx_rs::Dtype::Float32, "f32"),
+        (DType::BF16, mlx_rs::Dtype::Bfloat16, "bf16"),
+    ] {
+        for &n in &args.sizes {
+            let name = format!("matmul {label} {n}");
+            let a = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
+            let b = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
+            force(a.clone() + b.clone());
+            let t = median_secs(budget, || force(a.clone().matmul(b.clone())));
+            push(name.clone(), "burn-mlx", t);
+
+            let (ra, rb) = mlx_rs::with_stream(&raw_stream, || {
+                let shape = [n as i32, n as i32];
+                let ra = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
+                    .and_then(|x| x.as_dtype(raw_dt))
+                    .expect("raw operand");
+                let rb = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
+                    .and_then(|x| x.as_dtype(raw_dt))
+                    .expect("raw operand");
+                (ra, rb)
+            });
+            ra.eval().expect("eval");
+            rb.eval().expect("eval");
+            let t = median_secs(budget, || {
+                mlx_rs::with_stream(&raw_stream, || {
+                    let c = ra.matmul(&rb).expect("raw matmul");
+                    c.eval().expect("eval");
+                })
+            });
+            push(name, "mlx-rs", t);
+        }
+    }
+
+    let ce = CrossEntropyLossConfig::new().init(&device);
+    let x = Tensor::<AD, 2>::random([128, 784], Distribution::Default, &device);
+    let y = labels(128, &device);
+    let t = step_secs(Mlp::<AD>::new(&device), budget, |m| {
+        ce.forward(m.forward(x.clone()), y.clone())
+    });
+    push("MLP step (batch 128)".into(), "burn-mlx", t);
+
+    let x = Tensor::<AD, 4>::random([64, 1, 28, 28], Distribution::Default, &device);
+    let y = labels(64, &device);
+    let t = step_secs(Cnn::<AD>::new(&device), budget, |m| {
+        ce.forward(m.forward(x.clone()), y.clone())
+    });
+    push("CNN step (batch 64)".into(), "burn-mlx", t);
+
+    let model: TransformerEncoder<AD> = TransformerEncoderConfig::new(256, 1024, 8, 2)
+        .with_dropout(0.0)
+        .init(&device);
+    let x = Tensor::<AD, 3>::random([16, 128, 256], Distribution::Default, &device);
+    let target = Tensor::<AD, 3>::random([16, 128, 256], Distribution::Default, &device);
+    let t = step_secs(model, budget, |m| {
+        let out = m.forward(TransformerEncoderInput::new(x.clone()));
+        (out - target.clone()).powi_scalar(2).mean()
+    });
+    push("Transformer step (batch 16)".into(), "burn-mlx", t);
+
+    if let Some(path) = args.json {
+        let body: Vec<String> = lines
+            .iter()
+            .map(|l| {
+                format!(
+                    "  {{\"workload\": \"{}\", \"impl\": \"{}\", \"secs\": {:e}}}",
+                    l.workload, l.implementation, l.secs
+                )
+            })
+            .collect();
+        let text = format!("[\n{}\n]\n", body.join(",\n"));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("gpu_bench: cannot write {path}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
