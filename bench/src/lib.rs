@@ -1,0 +1,368 @@
+//! Report writer for the burn-mlx benchmarks (`benches/backends.rs`).
+//!
+//! The bench binary runs every workload through criterion; this module then reads criterion's
+//! estimates (`<criterion dir>/<workload>/<backend>/new/estimates.json`, the median's point
+//! estimate in nanoseconds) and writes `BENCHMARKS.md` and an SVG plot of the ratios.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The implementations compared, as `(criterion function id, column title)`, `Mlx` first.
+pub const BACKENDS: [(&str, &str); 5] = [
+    ("mlx", "Burn + Mlx"),
+    ("ndarray", "Burn + NdArray"),
+    ("flex", "Burn + Flex"),
+    ("candle", "Burn + Candle"),
+    ("mlx-rs", "raw mlx-rs"),
+];
+
+/// The Burn peers `Mlx` is compared against (raw mlx-rs is the overhead bound, not a peer).
+pub const PEERS: [&str; 3] = ["ndarray", "flex", "candle"];
+
+/// One benchmarked workload: its criterion group id and its human-readable name.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Criterion group id (also the directory name under the criterion output directory).
+    pub id: String,
+    /// Name shown in the report.
+    pub label: String,
+    /// Whether it is a training step (reported against the fastest peer).
+    pub training: bool,
+}
+
+/// Why an implementation has no number for a workload (shown as "n/a" with this reason).
+#[derive(Clone, Debug)]
+pub struct NotApplicable {
+    /// Criterion group id of the workload.
+    pub workload: String,
+    /// Criterion function id of the backend.
+    pub backend: String,
+    /// The reason, e.g. the panic message of the backend's first run.
+    pub reason: String,
+}
+
+/// Facts about the run that the report states.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    /// Wall-clock seconds of the whole run.
+    pub total_secs: f64,
+    /// `/proc/loadavg`'s 1-minute load when the run started.
+    pub load_at_start: String,
+}
+
+/// Median time in seconds of `backend` on `workload`, from criterion's `estimates.json`.
+pub fn median_secs(criterion_dir: &Path, workload: &str, backend: &str) -> Option<f64> {
+    let path = criterion_dir
+        .join(workload)
+        .join(backend)
+        .join("new")
+        .join("estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let median = &text[text.find("\"median\"")?..];
+    let key = "\"point_estimate\":";
+    let rest = &median[median.find(key)? + key.len()..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse::<f64>().ok().map(|ns| ns * 1e-9)
+}
+
+/// Formats seconds with a unit that keeps 3–4 significant digits.
+pub fn fmt_secs(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} us", s * 1e6)
+    }
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+fn ram_gib() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / (1024.0 * 1024.0))
+}
+
+fn today() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "unknown date".into())
+}
+
+/// All medians: `times[w][b]` for workload `w` and backend `BACKENDS[b]`.
+fn collect(criterion_dir: &Path, workloads: &[Workload]) -> Vec<[Option<f64>; 5]> {
+    workloads
+        .iter()
+        .map(|w| {
+            let mut row = [None; 5];
+            for (b, (id, _)) in BACKENDS.iter().enumerate() {
+                row[b] = median_secs(criterion_dir, &w.id, id);
+            }
+            row
+        })
+        .collect()
+}
+
+/// Writes `<root>/BENCHMARKS.md` and `<root>/bench/plot.svg` from criterion's estimates.
+/// Returns the two paths.
+pub fn write_report(
+    root: &Path,
+    criterion_dir: &Path,
+    workloads: &[Workload],
+    not_applicable: &[NotApplicable],
+    info: &RunInfo,
+) -> std::io::Result<(PathBuf, PathBuf)> {
+    let times = collect(criterion_dir, workloads);
+    let na = |w: &str, b: &str| {
+        not_applicable
+            .iter()
+            .find(|n| n.workload == w && n.backend == b)
+    };
+    let mut md = String::new();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let ram = ram_gib().map_or("unknown RAM".into(), |g| format!("{g:.0} GiB RAM"));
+    writeln!(md, "# Benchmarks\n").unwrap();
+    writeln!(
+        md,
+        "Written by `cargo bench -p burn-mlx-bench` (the workspace member `bench/`, see \
+         `bench/benches/backends.rs`; `cargo bench -p burn-mlx-bench -- <filter>` runs only the \
+         benchmarks whose id `workload/backend` matches, and does not rewrite this file). Each \
+         number is criterion's median time per run. A run ends when the result is computed: \
+         MLX evaluates its lazy graph, and every other backend reads its result back. A cell's \
+         ratio is that implementation's time divided by Burn on `Mlx`'s, so above 1.00x means \
+         `Mlx` is faster. For raw mlx-rs (the same MLX work written directly against mlx-rs, \
+         without Burn) a ratio below 1.00x is Burn's overhead. \"-\" means the workload has no \
+         such implementation here; \"n/a\" means the backend cannot run it (reason below the \
+         table).\n"
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "Machine: {}, {cores} cores, {ram}, Linux, MLX on its CPU backend. Load average at the \
+         start of the run: {}. Date: {}. Total run time: {:.1} min.\n",
+        cpu_model(),
+        info.load_at_start,
+        today(),
+        info.total_secs / 60.0
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "Versions: burn 0.21.0 (burn-ndarray, burn-flex, burn-candle 0.21.0, all on CPU), \
+         mlx-rs 0.33.0, MLX 0.32.2, criterion 0.5.\n"
+    )
+    .unwrap();
+    md.push_str("| workload |");
+    for (_, title) in BACKENDS {
+        write!(md, " {title} |").unwrap();
+    }
+    md.push_str("\n|---|");
+    for _ in BACKENDS {
+        md.push_str("---:|");
+    }
+    md.push('\n');
+    let mut notes = Vec::new();
+    for (w, row) in workloads.iter().zip(&times) {
+        write!(md, "| {} |", w.label).unwrap();
+        for (b, (id, _)) in BACKENDS.iter().enumerate() {
+            let cell = match (row[b], row[0]) {
+                (Some(t), _) if b == 0 => fmt_secs(t),
+                (Some(t), Some(m)) => format!("{} ({:.2}x)", fmt_secs(t), t / m),
+                (Some(t), None) => fmt_secs(t),
+                (None, _) => match na(&w.id, id) {
+                    Some(n) => {
+                        notes.push(format!("- {} on {}: {}", w.label, BACKENDS[b].1, n.reason));
+                        format!("n/a [{}]", notes.len())
+                    }
+                    None => "-".into(),
+                },
+            };
+            write!(md, " {cell} |").unwrap();
+        }
+        md.push('\n');
+    }
+    if !notes.is_empty() {
+        md.push_str("\nn/a reasons (the backend's first run of the workload panicked):\n\n");
+        for (i, n) in notes.iter().enumerate() {
+            writeln!(md, "{}. {}", i + 1, n.trim_start_matches("- ")).unwrap();
+        }
+    }
+    md.push_str("\n## Training steps against the fastest peer\n\n");
+    for (w, row) in workloads.iter().zip(&times) {
+        if !w.training {
+            continue;
+        }
+        let Some(m) = row[0] else {
+            writeln!(md, "- {}: no Mlx measurement.", w.label).unwrap();
+            continue;
+        };
+        let fastest = PEERS
+            .iter()
+            .filter_map(|p| {
+                let b = BACKENDS.iter().position(|(id, _)| id == p)?;
+                row[b].map(|t| (BACKENDS[b].1, t))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        match fastest {
+            Some((name, t)) if t > m => writeln!(
+                md,
+                "- {}: Mlx ({}) **beats** the fastest peer, {name} ({}), by {:.2}x.",
+                w.label,
+                fmt_secs(m),
+                fmt_secs(t),
+                t / m
+            ),
+            Some((name, t)) => writeln!(
+                md,
+                "- {}: Mlx ({}) does **not** beat the fastest peer, {name} ({}): {:.2}x.",
+                w.label,
+                fmt_secs(m),
+                fmt_secs(t),
+                t / m
+            ),
+            None => writeln!(md, "- {}: no peer could run it.", w.label),
+        }
+        .unwrap();
+    }
+    md.push_str(
+        "\n## Plot\n\nTime of each implementation divided by Burn + Mlx's, per workload, on a \
+         log scale: a bar to the right of the 1x line means `Mlx` is faster.\n\n\
+         ![Benchmark ratios](bench/plot.svg)\n",
+    );
+    md.push_str(
+        "\n## Notes\n\n\
+         - MLX is lazy: an op only records a graph node, and `eval` runs the graph. Each run \
+         evaluates its result, so the numbers include the whole computation. The eager backends \
+         compute in the op itself; reading one element of the result back makes sure they have \
+         finished.\n\
+         - A training step is forward, backward and an Adam update, ending with the loss read \
+         back. Reading the loss evaluates this step's forward pass and, through the parameters, \
+         the previous step's update, so in steady state each step is computed once.\n\
+         - On this Linux machine MLX runs on its CPU backend; its Metal and CUDA backends are \
+         where it is meant to be fast. Machines are noisy: compare ratios, not absolute times.\n",
+    );
+    // Results measured elsewhere (the NVIDIA run of `examples/gpu_bench.rs`), kept by hand.
+    if let Ok(gpu) = std::fs::read_to_string(root.join("bench").join("nvidia.md")) {
+        md.push('\n');
+        md.push_str(&gpu);
+    }
+    let md_path = root.join("BENCHMARKS.md");
+    std::fs::write(&md_path, md)?;
+    let svg_path = root.join("bench").join("plot.svg");
+    std::fs::write(&svg_path, plot_svg(workloads, &times))?;
+    Ok((md_path, svg_path))
+}
+
+/// A hand-written SVG: per workload, one horizontal bar per implementation other than `Mlx`,
+/// from the 1x line to `time / time(Mlx)` on a log2 axis clamped to [1/64, 64].
+fn plot_svg(workloads: &[Workload], times: &[[Option<f64>; 5]]) -> String {
+    const COLORS: [&str; 5] = ["#000000", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"];
+    let (label_w, plot_w, bar_h, gap) = (430.0, 520.0, 7.0, 8.0);
+    let max_log = 6.0f64; // 2^6 = 64
+    let top = 50.0;
+    let group_h = 4.0 * bar_h + gap;
+    let height = top + group_h * workloads.len() as f64 + 40.0;
+    let width = label_w + plot_w + 30.0;
+    let x_of = |ratio: f64| {
+        let l = ratio.log2().clamp(-max_log, max_log);
+        label_w + plot_w / 2.0 + l / max_log * plot_w / 2.0
+    };
+    let mut s = String::new();
+    writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
+    )
+    .unwrap();
+    writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#).unwrap();
+    writeln!(
+        s,
+        r#"<text x="{}" y="16" font-size="13" text-anchor="middle">time / time(Burn + Mlx), log scale (right of 1x: Mlx faster)</text>"#,
+        width / 2.0
+    )
+    .unwrap();
+    // Legend.
+    for (i, (_, title)) in BACKENDS.iter().enumerate().skip(1) {
+        let x = label_w + (i as f64 - 1.0) * 130.0 - 200.0;
+        writeln!(
+            s,
+            r#"<rect x="{x}" y="26" width="10" height="10" fill="{}"/><text x="{}" y="35">{title}</text>"#,
+            COLORS[i],
+            x + 14.0
+        )
+        .unwrap();
+    }
+    // Grid.
+    let bottom = height - 30.0;
+    for e in -6i32..=6 {
+        let r = 2f64.powi(e);
+        let x = x_of(r);
+        let stroke = if e == 0 { "#000" } else { "#ddd" };
+        writeln!(
+            s,
+            r#"<line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" stroke="{stroke}"/>"#
+        )
+        .unwrap();
+        let label = if e >= 0 {
+            format!("{}x", 1u32 << e)
+        } else {
+            format!("1/{}x", 1u32 << (-e))
+        };
+        writeln!(
+            s,
+            r#"<text x="{x}" y="{}" text-anchor="middle">{label}</text>"#,
+            bottom + 14.0
+        )
+        .unwrap();
+    }
+    for (i, (w, row)) in workloads.iter().zip(times).enumerate() {
+        let y0 = top + i as f64 * group_h;
+        writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            label_w - 6.0,
+            y0 + 2.0 * bar_h + 4.0,
+            xml_escape(&w.label)
+        )
+        .unwrap();
+        let Some(m) = row[0] else { continue };
+        for b in 1..5 {
+            let Some(t) = row[b] else { continue };
+            let (x1, x2) = (x_of(1.0), x_of(t / m));
+            let (x, wd) = (x1.min(x2), (x2 - x1).abs().max(1.0));
+            writeln!(
+                s,
+                r#"<rect x="{x:.1}" y="{:.1}" width="{wd:.1}" height="{}" fill="{}"><title>{}: {:.2}x</title></rect>"#,
+                y0 + (b as f64 - 1.0) * bar_h,
+                bar_h - 1.0,
+                COLORS[b],
+                BACKENDS[b].1,
+                t / m
+            )
+            .unwrap();
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
