@@ -20,6 +20,7 @@
 
 mod api;
 mod backend;
+mod compile;
 mod device;
 mod dtype;
 mod error;
@@ -29,6 +30,7 @@ mod tensor;
 
 pub use api::{MlxElement, MlxOps};
 pub use backend::Mlx;
+pub use compile::{compile, compile_float, Compiled, CompiledFloat};
 pub use device::MlxDevice;
 pub use error::MlxError;
 pub use ffi::memory_stats;

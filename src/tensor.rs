@@ -148,6 +148,7 @@ impl MlxTensor {
 
     /// Computes the pending graph of this tensor.
     pub fn eval(&self) -> Result<(), MlxError> {
+        crate::compile::check_not_tracing("eval")?;
         let _guard = eval_lock();
         self.array.eval().map_err(|e| MlxError::mlx("eval", e))?;
         crate::ffi::after_eval(self.device);
@@ -194,6 +195,7 @@ impl MlxTensor {
 
     /// Evaluates the tensor and copies its values into Burn's `TensorData`.
     pub fn to_data(&self) -> Result<TensorData, MlxError> {
+        crate::compile::check_not_tracing("into_data")?;
         let dims = self.dims();
         let dtype = self.array.dtype();
         let burn_dtype = from_mlx(dtype);

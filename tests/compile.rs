@@ -1,0 +1,123 @@
+//! `burn_mlx::compile` / `compile_float`: compiled functions give the values burn-ndarray gives
+//! for the same computation, retrace for new shapes, and fail clearly when misused.
+
+mod common;
+
+use burn_mlx::{compile, compile_float, Mlx, MlxDevice, MlxError, MlxOps, MlxTensor};
+use burn_ndarray::NdArray;
+use burn_tensor::{activation, Tensor, TensorData};
+use common::{compare, rand_f, Tol};
+
+const TOL: Tol = Tol {
+    rtol: 1e-5,
+    atol: 1e-6,
+};
+
+/// The chain the benchmarks compile: four elementwise ops, plus a softmax over the last axis.
+fn chain<B: burn_tensor::backend::Backend>(x: Tensor<B, 2>) -> Vec<Tensor<B, 2>> {
+    let y = (x.clone() * 0.5 + 1.0).exp() * x;
+    vec![y.clone(), activation::softmax(y, 1)]
+}
+
+fn oracle(data: &TensorData) -> Vec<TensorData> {
+    let x = Tensor::<NdArray, 2>::from_data(data.clone(), &Default::default());
+    chain(x).into_iter().map(Tensor::into_data).collect()
+}
+
+#[test]
+fn compiled_burn_chain_matches_ndarray_on_every_call_and_shape() {
+    let device = MlxDevice::default();
+    let mut f = compile_float::<2, _>(|x| chain(x[0].clone()), false);
+    // Same shape twice (trace, then replay with new values), then a new shape (a new trace).
+    for (i, shape) in [[8usize, 33], [8, 33], [3, 1000]].into_iter().enumerate() {
+        let data = rand_f(&shape, (-2.0, 2.0), 10 + i as u64);
+        let x = Tensor::<Mlx, 2>::from_data(data.clone(), &device);
+        let got = f.call(vec![x]).expect("compiled call");
+        assert_eq!(got.len(), 2);
+        for (k, (e, g)) in oracle(&data).iter().zip(got).enumerate() {
+            compare(e, &g.into_data(), TOL, e.dtype)
+                .unwrap_or_else(|m| panic!("call {i}, output {k}, shape {shape:?}: {m}"));
+        }
+    }
+}
+
+#[test]
+fn shapeless_compile_serves_other_shapes_of_the_same_rank() {
+    let device = MlxDevice::default();
+    let mut f = compile_float::<2, _>(
+        |x| vec![(x[0].clone() * 0.5 + 1.0).exp() * x[0].clone()],
+        true,
+    );
+    for (i, shape) in [[4usize, 4], [16, 7], [1, 129]].into_iter().enumerate() {
+        let data = rand_f(&shape, (-2.0, 2.0), 40 + i as u64);
+        let got = f
+            .call(vec![Tensor::<Mlx, 2>::from_data(data.clone(), &device)])
+            .expect("compiled call")
+            .remove(0)
+            .into_data();
+        compare(&oracle(&data)[0], &got, TOL, got.dtype)
+            .unwrap_or_else(|m| panic!("shape {shape:?}: {m}"));
+    }
+}
+
+#[test]
+fn compiled_mlx_function_with_two_inputs_and_outputs() {
+    let device = MlxDevice::default();
+    let mut f = compile(
+        |x: &[MlxTensor]| {
+            let s = (&x[0]).add(&x[1])?;
+            let p = (&x[0]).mul(&x[1]).relu()?;
+            Ok(vec![s, p])
+        },
+        false,
+    );
+    let a = MlxTensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0], &[2, 2], device).unwrap();
+    let b = MlxTensor::from_slice(&[0.5f32, 0.5, -1.0, -1.0], &[2, 2], device).unwrap();
+    let out = f.call(&[a, b]).unwrap();
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![1.5, -1.5, 2.0, -5.0]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![0.5, 0.0, 0.0, 4.0]);
+}
+
+#[test]
+fn reading_values_inside_a_compiled_function_is_a_clear_error() {
+    let device = MlxDevice::default();
+    let mut f = compile(
+        |x: &[MlxTensor]| {
+            let y = (&x[0]).exp()?;
+            MlxTensor::eval(&y)?;
+            Ok(vec![y])
+        },
+        false,
+    );
+    let a = MlxTensor::ones::<f32>(&[3], device).unwrap();
+    let err = f.call(std::slice::from_ref(&a)).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(&err, MlxError::Mlx { op, .. } if op == "eval")
+            && msg.contains("inside a function passed to burn_mlx::compile"),
+        "{msg}"
+    );
+    // The failed trace leaves nothing behind: evaluation outside still works.
+    assert_eq!(
+        a.exp().eval().unwrap().to_vec::<f32>().unwrap()[0],
+        1f32.exp()
+    );
+}
+
+#[test]
+fn an_error_of_the_traced_function_comes_back_intact() {
+    let device = MlxDevice::default();
+    let mut f = compile(|x: &[MlxTensor]| Ok(vec![(&x[0]).matmul(&x[1])?]), false);
+    let a = MlxTensor::ones::<f32>(&[2, 3], device).unwrap();
+    let b = MlxTensor::ones::<f32>(&[2, 3], device).unwrap();
+    let err = f.call(&[a.clone(), b]).unwrap_err();
+    assert!(
+        matches!(&err, MlxError::Mlx { op, .. } if op == "matmul"),
+        "{err}"
+    );
+    // The same compiled function still works for inputs that fit.
+    let c = MlxTensor::ones::<f32>(&[3, 4], device).unwrap();
+    let out = f.call(&[a, c]).unwrap();
+    assert_eq!(out[0].dims(), vec![2, 4]);
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![3.0; 8]);
+}
