@@ -77,9 +77,11 @@ impl MlxTensor {
     ) -> Result<Self, MlxError> {
         check_dtype(T::DTYPE, device, "full")?;
         let dims = shape_i32(shape, "full")?;
-        let v = Array::from_slice_f64(&[value], &[]);
+        // The scalar is made in `T` on the host: a cast from f64 would be an op on the device,
+        // and GPUs have no f64.
+        let v = crate::tensor::scalar_array(burn_backend::Scalar::Float(value), T::DTYPE);
         let a = device
-            .scope(|| ops::broadcast_to(&v.as_dtype(T::DTYPE)?, &dims))
+            .scope(|| ops::broadcast_to(&v, &dims))
             .map_err(|e| MlxError::mlx("full", e))?;
         crate::tensor::check_alloc(&a, device, "full")?;
         Ok(Self::from_array(a, device))
