@@ -406,6 +406,11 @@ impl FloatTensorOps<Self> for Mlx {
 
     fn float_powf_scalar(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
         let v = scalar_f64(value);
+        if v == 1.0 {
+            // pow(x, 1) is x for every x (NaN and infinities included). Autodiff's backward of
+            // `powf_scalar(x, 2)` asks for it on every step; MLX's CPU `power` is a libm call.
+            return tensor;
+        }
         if v == 2.0 {
             return unary(tensor, "float_powf_scalar", |a| a.square());
         }
