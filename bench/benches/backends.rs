@@ -4,10 +4,11 @@
 //! ```text
 //! cargo bench -p burn-mlx-bench                 # everything; writes BENCHMARKS.md and bench/plot.svg
 //! cargo bench -p burn-mlx-bench -- matmul_f32   # only benchmark ids (workload/backend) matching
+//! cargo bench -p burn-mlx-bench -- 'softmax_1024/mlx$'   # a trailing `$` anchors the end
 //! ```
 //!
-//! Criterion ids: group = workload, function = backend (`mlx`, `ndarray`, `flex`, `candle`,
-//! `mlx-rs`). A run ends when its result is computed: `eval` on MLX (its graphs are lazy), a
+//! Criterion ids: group = workload, function = backend (`mlx`, `mlx-compiled`, `ndarray`, `flex`,
+//! `candle`, `mlx-rs`). A run ends when its result is computed: `eval` on MLX (its graphs are lazy), a
 //! read-back of one element of the result on the other backends. A backend whose first run of a
 //! workload panics (a dtype or op it lacks) is reported as "n/a" with the panic message.
 
@@ -20,7 +21,7 @@ use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn_autodiff::Autodiff;
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
-use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx::{compile_float, Mlx, MlxDevice};
 use burn_mlx_bench::{NotApplicable, RunInfo, Workload};
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_nn::conv::{Conv2d, Conv2dConfig};
@@ -70,7 +71,12 @@ impl Suite {
         for (backend, make) in jobs {
             let full = format!("{id}/{backend}");
             if let Some(f) = &self.filter {
-                if !full.contains(f.as_str()) {
+                // As criterion reads it (a regex): a trailing `$` anchors the end of the id.
+                let wanted = match f.strip_suffix('$') {
+                    Some(exact) => full.ends_with(exact),
+                    None => full.contains(f.as_str()),
+                };
+                if !wanted {
                     continue;
                 }
             }
@@ -125,6 +131,15 @@ macro_rules! train_peers {
             ("candle", Box::new(move || $f::<Autodiff<Candle>>(&CandleDevice::Cpu $(, $arg)*)) as Maker),
         ]
     };
+}
+
+/// Adds the compiled `Mlx` job to a list of Burn peers.
+fn with_compiled(
+    mut jobs: Vec<(&'static str, Maker)>,
+    compiled: Maker,
+) -> Vec<(&'static str, Maker)> {
+    jobs.insert(1, ("mlx-compiled", compiled));
+    jobs
 }
 
 /// Adds raw mlx-rs's job to a list of Burn peers.
@@ -200,6 +215,18 @@ fn raw_matmul(batch: usize, n: usize, dt: DType) -> Maker {
 fn chain_job<B: Backend>(d: &B::Device, n: usize) -> Job {
     let x = rand::<B, 1>([n], d);
     Box::new(move || force((x.clone() * 0.5 + 1.0).exp() * x.clone()))
+}
+
+/// [`chain_job`] on `Mlx` with the chain compiled by `burn_mlx::compile_float` (one fused kernel).
+fn compiled_chain(n: usize) -> Maker {
+    Box::new(move || {
+        let x = rand::<Mlx, 1>([n], &MlxDevice::Cpu);
+        let mut f = compile_float::<1, _>(
+            |x| vec![(x[0].clone() * 0.5 + 1.0).exp() * x[0].clone()],
+            false,
+        );
+        Box::new(move || force(f.call(vec![x.clone()]).expect("compiled chain").remove(0)))
+    })
 }
 
 fn raw_chain(n: usize) -> Maker {
@@ -489,15 +516,33 @@ fn raw_mlp() -> Maker {
     })
 }
 
-/// Per-op overhead: 100 elementwise ops on a 16x16 tensor, then eval (Mlx and raw mlx-rs only).
+/// The overhead workload's 100 ops (25 rounds of mul, add, exp, sub).
+fn hundred_ops<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let mut y = x;
+    for i in 0..25 {
+        y = (y * 0.5 + 1.0).exp() - (i as f32) * 1e-3;
+    }
+    y
+}
+
+/// Per-op overhead: 100 elementwise ops on a 16x16 tensor, then eval (Mlx, compiled Mlx and raw
+/// mlx-rs only).
 fn overhead_jobs() -> Vec<(&'static str, Maker)> {
     let mlx: Maker = Box::new(|| {
         let x = rand::<Mlx, 2>([16, 16], &MlxDevice::Cpu);
         Box::new(move || {
-            let mut y = x.clone();
-            for i in 0..25 {
-                y = (y * 0.5 + 1.0).exp() - (i as f32) * 1e-3;
-            }
+            hundred_ops(x.clone())
+                .into_primitive()
+                .tensor()
+                .eval()
+                .unwrap();
+        })
+    });
+    let compiled: Maker = Box::new(|| {
+        let x = rand::<Mlx, 2>([16, 16], &MlxDevice::Cpu);
+        let mut f = compile_float::<2, _>(|x| vec![hundred_ops(x[0].clone())], false);
+        Box::new(move || {
+            let y = f.call(vec![x.clone()]).expect("compiled ops").remove(0);
             y.into_primitive().tensor().eval().unwrap();
         })
     });
@@ -519,7 +564,7 @@ fn overhead_jobs() -> Vec<(&'static str, Maker)> {
             y.eval().unwrap();
         })
     });
-    vec![("mlx", mlx), ("mlx-rs", raw)]
+    vec![("mlx", mlx), ("mlx-compiled", compiled), ("mlx-rs", raw)]
 }
 
 fn all(s: &mut Suite) {
@@ -557,7 +602,10 @@ fn all(s: &mut Suite) {
             &format!("elementwise_chain_{name}"),
             &format!("elementwise add/mul/exp chain, {n} f32"),
             false,
-            with_raw(burn_peers!(chain_job, n), raw_chain(n)),
+            with_raw(
+                with_compiled(burn_peers!(chain_job, n), compiled_chain(n)),
+                raw_chain(n),
+            ),
         );
     }
     for (which, id, label) in [

@@ -8,13 +8,19 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The implementations compared, as `(criterion function id, column title)`, `Mlx` first.
-pub const BACKENDS: [(&str, &str); 5] = [
+/// `mlx-compiled` is Burn on `Mlx` with the workload's function compiled by
+/// `burn_mlx::compile_float` (opt-in; only elementwise workloads have it).
+pub const BACKENDS: [(&str, &str); 6] = [
     ("mlx", "Burn + Mlx"),
+    ("mlx-compiled", "Burn + Mlx, compiled"),
     ("ndarray", "Burn + NdArray"),
     ("flex", "Burn + Flex"),
     ("candle", "Burn + Candle"),
     ("mlx-rs", "raw mlx-rs"),
 ];
+
+/// How many implementations a workload can have.
+const N: usize = BACKENDS.len();
 
 /// The Burn peers `Mlx` is compared against (raw mlx-rs is the overhead bound, not a peer).
 pub const PEERS: [&str; 3] = ["ndarray", "flex", "candle"];
@@ -106,11 +112,11 @@ fn today() -> String {
 }
 
 /// All medians: `times[w][b]` for workload `w` and backend `BACKENDS[b]`.
-fn collect(criterion_dir: &Path, workloads: &[Workload]) -> Vec<[Option<f64>; 5]> {
+fn collect(criterion_dir: &Path, workloads: &[Workload]) -> Vec<[Option<f64>; N]> {
     workloads
         .iter()
         .map(|w| {
-            let mut row = [None; 5];
+            let mut row = [None; N];
             for (b, (id, _)) in BACKENDS.iter().enumerate() {
                 row[b] = median_secs(criterion_dir, &w.id, id);
             }
@@ -147,7 +153,9 @@ pub fn write_report(
          MLX evaluates its lazy graph, and every other backend reads its result back. A cell's \
          ratio is that implementation's time divided by Burn on `Mlx`'s, so above 1.00x means \
          `Mlx` is faster. For raw mlx-rs (the same MLX work written directly against mlx-rs, \
-         without Burn) a ratio below 1.00x is Burn's overhead. \"-\" means the workload has no \
+         without Burn) a ratio below 1.00x is Burn's overhead. \"Burn + Mlx, compiled\" is \
+         the same Burn code passed through `burn_mlx::compile_float` (opt-in MLX compilation, \
+         which fuses elementwise chains); below 1.00x means compiling pays. \"-\" means the workload has no \
          such implementation here; \"n/a\" means the backend cannot run it (reason below the \
          table).\n"
     )
@@ -255,8 +263,20 @@ pub fn write_report(
          back. Reading the loss evaluates this step's forward pass and, through the parameters, \
          the previous step's update, so in steady state each step is computed once.\n\
          - On this Linux machine MLX runs on its CPU backend; its Metal and CUDA backends are \
-         where it is meant to be fast. Machines are noisy: compare ratios, not absolute times.\n",
+         where it is meant to be fast. Machines are noisy: compare ratios, not absolute times.\n\
+         - What holds `Mlx` back on this CPU is MLX's CPU backend as the `mlx-cpu` wheel builds \
+         it, not the Burn layer (raw mlx-rs is as slow, and the perf section below puts almost \
+         no time in the Rust code): its elementwise ops and reductions run on one thread, and \
+         its transcendental functions (`exp`, `erf`, `tanh`, `pow`) are scalar code; `exp` \
+         calls libm's `fmaf` once per polynomial term, which is most of an elementwise chain's \
+         and a softmax's time. Burn's Flex backend runs the same ops vectorized on both cores. \
+         GEMMs go to OpenBLAS and are on par with or faster than the peers.\n",
     );
+    // The perf breakdown of `scripts/profile_cpu.sh`, when it has been run.
+    if let Ok(profile) = std::fs::read_to_string(root.join("bench").join("cpu_profile.md")) {
+        md.push('\n');
+        md.push_str(&profile);
+    }
     // Results measured elsewhere (the NVIDIA run of `examples/gpu_bench.rs`), kept by hand.
     if let Ok(gpu) = std::fs::read_to_string(root.join("bench").join("nvidia.md")) {
         md.push('\n');
@@ -271,12 +291,14 @@ pub fn write_report(
 
 /// A hand-written SVG: per workload, one horizontal bar per implementation other than `Mlx`,
 /// from the 1x line to `time / time(Mlx)` on a log2 axis clamped to [1/64, 64].
-fn plot_svg(workloads: &[Workload], times: &[[Option<f64>; 5]]) -> String {
-    const COLORS: [&str; 5] = ["#000000", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"];
+fn plot_svg(workloads: &[Workload], times: &[[Option<f64>; N]]) -> String {
+    const COLORS: [&str; N] = [
+        "#000000", "#ff7f0e", "#1f77b4", "#2ca02c", "#d62728", "#9467bd",
+    ];
     let (label_w, plot_w, bar_h, gap) = (430.0, 520.0, 7.0, 8.0);
     let max_log = 6.0f64; // 2^6 = 64
     let top = 50.0;
-    let group_h = 4.0 * bar_h + gap;
+    let group_h = (N - 1) as f64 * bar_h + gap;
     let height = top + group_h * workloads.len() as f64 + 40.0;
     let width = label_w + plot_w + 30.0;
     let x_of = |ratio: f64| {
@@ -298,7 +320,7 @@ fn plot_svg(workloads: &[Workload], times: &[[Option<f64>; 5]]) -> String {
     .unwrap();
     // Legend.
     for (i, (_, title)) in BACKENDS.iter().enumerate().skip(1) {
-        let x = label_w + (i as f64 - 1.0) * 130.0 - 200.0;
+        let x = label_w + (i as f64 - 1.0) * 135.0 - 300.0;
         writeln!(
             s,
             r#"<rect x="{x}" y="26" width="10" height="10" fill="{}"/><text x="{}" y="35">{title}</text>"#,
@@ -336,12 +358,12 @@ fn plot_svg(workloads: &[Workload], times: &[[Option<f64>; 5]]) -> String {
             s,
             r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
             label_w - 6.0,
-            y0 + 2.0 * bar_h + 4.0,
+            y0 + (N - 1) as f64 * bar_h / 2.0 + 4.0,
             xml_escape(&w.label)
         )
         .unwrap();
         let Some(m) = row[0] else { continue };
-        for b in 1..5 {
+        for b in 1..N {
             let Some(t) = row[b] else { continue };
             let (x1, x2) = (x_of(1.0), x_of(t / m));
             let (x, wd) = (x1.min(x2), (x2 - x1).abs().max(1.0));
