@@ -9,7 +9,8 @@
 //!
 //! Workloads: square matmuls in f32 and bf16 from 1024 to 8192 (Burn + `Mlx` and raw mlx-rs),
 //! and one full training step (forward, backward, Adam) of the MLP, the example CNN and the
-//! small Transformer encoder of `cargo bench -p burn-mlx-bench`. Each line prints the median
+//! small Transformer encoder of `cargo bench -p burn-mlx-bench`, and an elementwise chain op by
+//! op, compiled with `burn_mlx::compile_float`, and in raw mlx-rs. Each line prints the median
 //! over timed runs after a warm-up, and `--json FILE` writes the same numbers for
 //! `scripts/gpu_reference.py`, which measures MLX's Python API and PyTorch eager on the same
 //! workloads and prints the comparison table.
@@ -18,7 +19,7 @@ extern crate burn_core as burn;
 
 use burn::module::{AutodiffModule, Module};
 use burn_autodiff::Autodiff;
-use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx::{compile_float, Mlx, MlxDevice};
 use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -153,6 +154,8 @@ struct Args {
     sizes: Vec<usize>,
     budget: Duration,
     json: Option<String>,
+    /// Elements of the elementwise-chain workload.
+    chain_len: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -161,6 +164,7 @@ fn parse_args() -> Result<Args, String> {
         sizes: vec![1024, 2048, 4096, 8192],
         budget: Duration::from_secs(2),
         json: None,
+        chain_len: 16_000_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -175,6 +179,7 @@ fn parse_args() -> Result<Args, String> {
             "--quick" => {
                 args.sizes = vec![256, 512];
                 args.budget = Duration::from_millis(200);
+                args.chain_len = 1_000_000;
             }
             "--json" => args.json = Some(it.next().ok_or("--json takes a file name")?),
             other => return Err(format!("unknown argument {other:?}; see the file's header")),
@@ -245,6 +250,45 @@ fn main() {
             push(name, "mlx-rs", t);
         }
     }
+
+    // An elementwise chain, op by op (lazy, one kernel per op), compiled by MLX
+    // (`burn_mlx::compile_float`: fused), and in raw mlx-rs.
+    let n = args.chain_len;
+    let name = format!("chain exp(x*0.5+1)*x {n}");
+    let x = Tensor::<Mlx, 1>::random([n], Distribution::Default, &device);
+    force(x.clone());
+    let chain = |x: Tensor<Mlx, 1>| (x.clone() * 0.5 + 1.0).exp() * x;
+    push(
+        name.clone(),
+        "burn-mlx",
+        median_secs(budget, || force(chain(x.clone()))),
+    );
+    let mut compiled = compile_float::<1, _>(move |x| vec![chain(x[0].clone())], false);
+    let t = median_secs(budget, || {
+        force(
+            compiled
+                .call(vec![x.clone()])
+                .expect("compiled chain")
+                .remove(0),
+        )
+    });
+    push(name.clone(), "compiled", t);
+    let rx = mlx_rs::with_stream(&raw_stream, || {
+        mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &[n as i32], None).expect("raw operand")
+    });
+    rx.eval().expect("eval");
+    let t = median_secs(budget, || {
+        mlx_rs::with_stream(&raw_stream, || {
+            let y = rx
+                .multiply(mlx_rs::Array::from_f32(0.5))
+                .and_then(|y| y.add(mlx_rs::Array::from_f32(1.0)))
+                .and_then(|y| y.exp())
+                .and_then(|y| y.multiply(&rx))
+                .expect("raw chain");
+            y.eval().expect("eval");
+        })
+    });
+    push(name, "mlx-rs", t);
 
     let ce = CrossEntropyLossConfig::new().init(&device);
     let x = Tensor::<AD, 2>::random([128, 784], Distribution::Default, &device);
