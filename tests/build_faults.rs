@@ -4,7 +4,9 @@
 //!
 //! Each fault must end in a clear error that says how to recover, or in a working install, and
 //! never leave a half-installed cache entry behind: an interrupted or failing download, a
-//! download killed by a signal, a garbage or truncated wheel, a stale partial folder from a
+//! download killed by a signal, a garbage or truncated wheel, a wheel with the right name and
+//! the wrong content (its sha256 is not the pinned one), a wheel for an unpinned platform, a
+//! pinned file that is not a zip, a stale partial folder from a
 //! killed build, a cache entry marked complete whose `libmlx.so` is missing or truncated, a
 //! read-only cache, no network (with and without a complete cache), no python, concurrent
 //! builds.
@@ -30,6 +32,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 const VERSION: &str = "0.32.2";
 const PACKAGE: &str = "mlx-cpu";
@@ -84,7 +87,21 @@ fn fake_elf(len: usize) -> Vec<u8> {
     bytes
 }
 
-/// Builds a zip shaped like the mlx-cpu wheel, holding MLX `version`, in `dir`.
+/// The `(file name, sha256)` pins of the fake wheels the tests made (each is a new file with the
+/// real wheel's name), standing in for the real pins of `fetch::MLX_CPU`.
+static PINS: Mutex<Vec<(&'static str, &'static str)>> = Mutex::new(Vec::new());
+
+/// Pins `file` (its name and current sha256) for [`fetch_into`].
+fn pin(file: &Path) {
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    let hash = fetch::sha256_file(file).unwrap();
+    PINS.lock().unwrap().push((
+        Box::leak(name.into_boxed_str()),
+        Box::leak(hash.into_boxed_str()),
+    ));
+}
+
+/// Builds a zip shaped like the mlx-cpu wheel, holding MLX `version`, in `dir`, and pins it.
 fn fake_wheel(dir: &Path, version: &str) -> PathBuf {
     let stage = dir.join("stage");
     let (major, rest) = version.split_once('.').unwrap();
@@ -121,6 +138,7 @@ fn fake_wheel(dir: &Path, version: &str) -> PathBuf {
         .output()
         .expect("python3 is needed to build the fake wheel");
     assert!(out.status.success(), "{out:?}");
+    pin(&wheel);
     wheel
 }
 
@@ -179,21 +197,23 @@ fn offline_pip(dir: &Path) -> (PathBuf, PathBuf) {
     )
 }
 
-/// Runs `fetch::wheel_prefix` on the cache `root`, returning its result and the notes it logged.
+/// Runs `fetch::wheel_prefix` on the cache `root` with the fake wheels' pins, returning its
+/// result and the notes it logged.
 fn fetch_into(
     root: &Path,
     python: &Path,
-    openblas: Option<&Path>,
+    blas: Option<&Path>,
 ) -> (Result<PathBuf, String>, Vec<String>) {
+    let pins: &'static [(&'static str, &'static str)] = PINS.lock().unwrap().clone().leak();
+    let wheel = fetch::Wheel {
+        package: PACKAGE,
+        version: VERSION,
+        pins,
+    };
     let mut notes = Vec::new();
-    let result = fetch::wheel_prefix(
-        PACKAGE,
-        VERSION,
-        root,
-        python.as_os_str(),
-        openblas,
-        &mut |n| notes.push(n.to_string()),
-    );
+    let result = fetch::wheel_prefix(&wheel, root, python.as_os_str(), blas, &mut |n| {
+        notes.push(n.to_string())
+    });
     (result, notes)
 }
 
@@ -261,30 +281,31 @@ fn blas_is_relinked_and_restored_idempotently() {
     let root = tmp.path().join("cache");
     let wheel = fake_wheel(tmp.path(), VERSION);
     let (python, _) = good_pip(tmp.path(), &wheel);
-    let openblas = tmp.path().join("libopenblas.so.0");
-    fs::write(&openblas, fake_elf(2048)).unwrap();
-    let blas = root.join(ENTRY).join("mlx_cpu.libs/libblas-0123abcd.so.3");
-    let orig = root
-        .join(ENTRY)
-        .join("mlx_cpu.libs/libblas-0123abcd.so.3.orig");
+    let shim = tmp.path().join(fetch::BLAS_SHIM);
+    fs::write(&shim, fake_elf(2048)).unwrap();
+    let libs = root.join(ENTRY).join("mlx_cpu.libs");
+    let blas = libs.join("libblas-0123abcd.so.3");
+    let orig = libs.join("libblas-0123abcd.so.3.orig");
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::symlink_metadata(p).unwrap());
 
-    fetch_into(&root, &python, Some(&openblas)).0.unwrap();
-    assert_eq!(fs::read_link(&blas).unwrap(), openblas);
+    fetch_into(&root, &python, Some(&shim)).0.unwrap();
+    assert_eq!(fs::read_link(&blas).unwrap(), Path::new(fetch::BLAS_SHIM));
+    assert_eq!(fs::read(&blas).unwrap(), fake_elf(2048));
     assert_eq!(fs::read(&orig).unwrap(), fake_elf(1024));
-    // Already linked: nothing is rewritten (the link keeps its inode).
-    let before = fs::symlink_metadata(&blas).unwrap();
-    fetch_into(&root, &python, Some(&openblas)).0.unwrap();
-    let after = fs::symlink_metadata(&blas).unwrap();
-    assert_eq!(
-        std::os::unix::fs::MetadataExt::ino(&before),
-        std::os::unix::fs::MetadataExt::ino(&after)
-    );
-    // OpenBLAS gone: the wheel's own copy comes back, with a note.
+    // Already linked: nothing is rewritten (the link and the library keep their inodes).
+    let before = (ino(&blas), ino(&libs.join(fetch::BLAS_SHIM)));
+    fetch_into(&root, &python, Some(&shim)).0.unwrap();
+    assert_eq!(before, (ino(&blas), ino(&libs.join(fetch::BLAS_SHIM))));
+    // A new forwarding library replaces the installed one.
+    fs::write(&shim, fake_elf(4096)).unwrap();
+    fetch_into(&root, &python, Some(&shim)).0.unwrap();
+    assert_eq!(fs::read(&blas).unwrap(), fake_elf(4096));
+    // BURN_MLX_BLAS=reference: the wheel's own copy comes back, with a note.
     let (result, notes) = fetch_into(&root, &python, None);
     result.unwrap();
     assert!(fs::read_link(&blas).is_err());
     assert_eq!(fs::read(&blas).unwrap(), fake_elf(1024));
-    assert!(notes.iter().any(|n| n.contains("OpenBLAS not found")));
+    assert!(notes.iter().any(|n| n.contains("reference BLAS")));
 }
 
 #[test]
@@ -345,7 +366,7 @@ fn garbage_or_truncated_wheel_is_refused() {
         &format!("echo '<html>captive portal</html>' > {whl}; exit 0"),
     );
     let e = expect_err(fetch_into(&root, &garbage, None).0);
-    assert!(e.contains("is not a valid archive"), "{e}");
+    assert!(e.contains("does not match its pinned sha256"), "{e}");
     assert!(e.contains("pip cache purge"), "{e}");
     assert!(!root.join(ENTRY).exists());
     assert_no_half_install(&root);
@@ -357,6 +378,17 @@ fn garbage_or_truncated_wheel_is_refused() {
         &format!("head -c {} '{}' > {whl}; exit 0", size / 2, wheel.display()),
     );
     let e = expect_err(fetch_into(&root, &cut, None).0);
+    assert!(e.contains("does not match its pinned sha256"), "{e}");
+    assert!(!root.join(ENTRY).exists());
+    assert_no_half_install(&root);
+
+    // A pinned file that is not a zip (say, a bad pin) still stops before anything is cached.
+    let page = tmp.path().join("page");
+    fs::create_dir_all(&page).unwrap();
+    let html = page.join("mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl");
+    fs::write(&html, "<html>captive portal</html>\n").unwrap();
+    pin(&html);
+    let e = expect_err(fetch_into(&root, &garbage, None).0);
     assert!(e.contains("is not a valid archive"), "{e}");
     assert!(!root.join(ENTRY).exists());
     assert_no_half_install(&root);
@@ -365,6 +397,95 @@ fn garbage_or_truncated_wheel_is_refused() {
     let e = expect_err(fetch_into(&root, &none, None).0);
     assert!(e.contains("left no wheel"), "{e}");
     assert_no_half_install(&root);
+}
+
+#[test]
+fn wheel_with_the_right_name_and_wrong_content_is_refused() {
+    let tmp = Scratch::new("tampered");
+    let root = tmp.path().join("cache");
+    // A whole, valid wheel with the pinned name, but not the pinned file: another MLX build
+    // (here the same layout with a different libmlx.so).
+    let good = fake_wheel(tmp.path(), VERSION);
+    let expected = fetch::sha256_file(&good).unwrap();
+    let other = tmp.path().join("other");
+    fs::create_dir_all(&other).unwrap();
+    let stage = tmp.path().join("stage");
+    fs::write(stage.join("mlx/lib/libmlx.so"), fake_elf(16384)).unwrap();
+    let tampered = other.join(good.file_name().unwrap());
+    let out = Command::new("python3")
+        .args(["-m", "zipfile", "-c"])
+        .arg(&tampered)
+        .args(["mlx", "mlx_cpu.libs", "mlx_cpu-0.32.2.dist-info"])
+        .current_dir(&stage)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let actual = fetch::sha256_file(&tampered).unwrap();
+    assert_ne!(actual, expected);
+    let pins = [(
+        "mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl",
+        expected.as_str(),
+    )];
+    let wheel = fetch::Wheel {
+        package: PACKAGE,
+        version: VERSION,
+        pins: &pins,
+    };
+    let (python, _) = good_pip(tmp.path(), &tampered);
+    let e = fetch::wheel_prefix(&wheel, &root, python.as_os_str(), None, &mut |_| {})
+        .expect_err("a wheel that is not the pinned file was accepted");
+    eprintln!("error text:\n{e}\n");
+    assert!(
+        e.contains("mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl"),
+        "{e}"
+    );
+    assert!(e.contains(&format!("expected {expected}")), "{e}");
+    assert!(e.contains(&format!("got {actual}")), "{e}");
+    assert!(e.contains("nothing was unpacked"), "{e}");
+    assert!(!root.join(ENTRY).exists());
+    assert_no_half_install(&root);
+
+    // The real pins: a wheel file burn-mlx has not pinned (another platform) is refused too.
+    let (python, _) = good_pip(tmp.path(), &good);
+    let other_platform = fetch::Wheel {
+        pins: &[("mlx_cpu-0.32.2-py3-none-manylinux_2_35_riscv64.whl", "0")],
+        ..wheel
+    };
+    let e = fetch::wheel_prefix(
+        &other_platform,
+        &root,
+        python.as_os_str(),
+        None,
+        &mut |_| {},
+    )
+    .expect_err("an unpinned wheel file was accepted");
+    assert!(e.contains("burn-mlx pins only"), "{e}");
+    assert!(e.contains("riscv64"), "{e}");
+    assert_no_half_install(&root);
+}
+
+#[test]
+fn the_real_pins_are_well_formed() {
+    for wheel in [
+        fetch::MLX_CPU,
+        fetch::MLX_CUDA,
+        fetch::OPENBLAS,
+        fetch::MINILM,
+    ] {
+        assert!(!wheel.pins.is_empty(), "{} has no pin", wheel.spec());
+        for (file, hash) in wheel.pins {
+            let dist = wheel.package.replace('-', "_");
+            assert!(
+                file.starts_with(&format!("{dist}-{}-", wheel.version)) && file.ends_with(".whl"),
+                "{file} is not a wheel of {}",
+                wheel.spec()
+            );
+            assert!(
+                hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{file}: {hash} is not a sha256"
+            );
+        }
+    }
 }
 
 #[test]
@@ -491,7 +612,7 @@ fn cache_that_cannot_be_created_is_a_clear_error() {
     let wheel = fake_wheel(tmp.path(), VERSION);
     let (python, calls) = good_pip(tmp.path(), &wheel);
     let e = expect_err(fetch_into(&root, &python, None).0);
-    assert!(e.contains("cannot create the MLX cache folder"), "{e}");
+    assert!(e.contains("cannot create the burn-mlx cache folder"), "{e}");
     assert!(e.contains("Set BURN_MLX_CACHE to a writable folder"), "{e}");
     assert_eq!(pip_calls(&calls), 0);
 }
@@ -511,8 +632,8 @@ fn read_only_cache() {
     let tmp = Scratch::new("readonly");
     let wheel = fake_wheel(tmp.path(), VERSION);
     let (python, calls) = good_pip(tmp.path(), &wheel);
-    let openblas = tmp.path().join("libopenblas.so.0");
-    fs::write(&openblas, fake_elf(2048)).unwrap();
+    let shim = tmp.path().join(fetch::BLAS_SHIM);
+    fs::write(&shim, fake_elf(2048)).unwrap();
 
     // Empty and read-only: a clear error.
     let empty = tmp.path().join("empty");
@@ -528,12 +649,12 @@ fn read_only_cache() {
 
     // Complete and read-only (a shared, prepared cache): used as it is, offline.
     let full = tmp.path().join("full");
-    fetch_into(&full, &python, Some(&openblas)).0.unwrap();
+    fetch_into(&full, &python, Some(&shim)).0.unwrap();
     fs::remove_file(full.join(format!("{ENTRY}.lock"))).unwrap();
     assert!(make_immutable(&full));
     assert!(make_immutable(&full.join(ENTRY)));
     let (offline, offline_calls) = offline_pip(tmp.path());
-    let (result, notes) = fetch_into(&full, &offline, Some(&openblas));
+    let (result, notes) = fetch_into(&full, &offline, Some(&shim));
     assert_eq!(result.unwrap(), full.join(ENTRY).join("mlx"));
     assert!(
         notes.iter().any(|n| n.contains("without locking")),
@@ -552,7 +673,7 @@ fn read_only_cache() {
     );
     assert_eq!(
         fs::read_link(libs.join("libblas-0123abcd.so.3")).unwrap(),
-        openblas
+        Path::new(fetch::BLAS_SHIM)
     );
 }
 
