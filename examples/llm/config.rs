@@ -1,0 +1,443 @@
+//! The model's hyper-parameters, read from a Hugging Face `config.json` (Llama and Qwen3, in the
+//! transformers 4 form with `rope_theta`/`rope_scaling` and the transformers 5 form with
+//! `rope_parameters`), or taken from a named preset for random-weight benchmarks.
+
+use super::error::{LlmError, Result};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The model families this decoder implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// `LlamaForCausalLM` (Llama 2/3 and the many models that share its layout).
+    Llama,
+    /// `Qwen3ForCausalLM`: Llama's layout plus an RMSNorm over each query and key head.
+    Qwen3,
+}
+
+impl Architecture {
+    /// The Hugging Face class names and `model_type` values that map to each family.
+    const NAMES: &'static [(&'static str, Architecture)] = &[
+        ("LlamaForCausalLM", Architecture::Llama),
+        ("llama", Architecture::Llama),
+        ("Qwen3ForCausalLM", Architecture::Qwen3),
+        ("qwen3", Architecture::Qwen3),
+    ];
+
+    /// Looks a class name or `model_type` up.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, arch)| arch)
+    }
+
+    /// Every accepted name, for error messages.
+    pub fn supported() -> Vec<String> {
+        Self::NAMES.iter().map(|(n, _)| n.to_string()).collect()
+    }
+}
+
+/// How rotary frequencies are rescaled for long contexts (`rope_scaling`/`rope_parameters`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE (`rope_type` absent or `default`).
+    None,
+    /// Position interpolation: every frequency divided by `factor`.
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// Llama 3.1's rule: long wavelengths divided by `factor`, short ones kept, a smooth blend
+    /// in between.
+    Llama3 {
+        /// Divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are scaled.
+        low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context length the model was pre-trained with.
+        original_max_position_embeddings: f64,
+    },
+}
+
+/// Everything the decoder needs to know about its shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmConfig {
+    /// The model family.
+    pub architecture: Architecture,
+    /// Number of tokens.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU MLP.
+    pub intermediate_size: usize,
+    /// Number of decoder layers.
+    pub num_layers: usize,
+    /// Number of query heads.
+    pub num_heads: usize,
+    /// Number of key/value heads (grouped-query attention when below `num_heads`).
+    pub num_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// RoPE rescaling.
+    pub rope_scaling: RopeScaling,
+    /// Whether the output projection reuses the token embedding.
+    pub tie_word_embeddings: bool,
+    /// Whether q/k/v/o projections have biases (`attention_bias`).
+    pub attention_bias: bool,
+    /// Whether the MLP projections have biases (`mlp_bias`, Llama only).
+    pub mlp_bias: bool,
+    /// The longest context the model was trained for (caps the cache by default).
+    pub max_position_embeddings: usize,
+    /// Tokens that end generation.
+    pub eos_token_ids: Vec<u32>,
+}
+
+/// The random-weight presets of `--bench`, by name.
+pub const PRESETS: &[&str] = &["qwen3-0.6b", "llama3.2-1b", "small"];
+
+impl LlmConfig {
+    /// Reads `dir/config.json`, adding the end-of-sequence ids of `dir/generation_config.json`
+    /// when that file exists.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let mut config = Self::from_file(&dir.join("config.json"))?;
+        let gen_path = dir.join("generation_config.json");
+        if let Ok(text) = std::fs::read_to_string(&gen_path) {
+            let json: Value = serde_json::from_str(&text).map_err(|e| LlmError::Config {
+                path: gen_path.clone(),
+                message: format!("not valid JSON: {e}"),
+            })?;
+            let ids = match json.get("eos_token_id") {
+                Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_u64).collect(),
+                Some(v) => v.as_u64().into_iter().collect(),
+                None => vec![],
+            };
+            for id in ids {
+                if !config.eos_token_ids.contains(&(id as u32)) {
+                    config.eos_token_ids.push(id as u32);
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// Reads and checks `path` (a Hugging Face `config.json`).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| LlmError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Self::from_json(&text, path)
+    }
+
+    /// Parses the text of a `config.json`; `path` only names it in errors.
+    pub fn from_json(text: &str, path: &Path) -> Result<Self> {
+        let err = |message: String| LlmError::Config {
+            path: path.to_path_buf(),
+            message,
+        };
+        let json: Value =
+            serde_json::from_str(text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let obj = json
+            .as_object()
+            .ok_or_else(|| err("not a JSON object".into()))?;
+
+        // The family: `architectures[0]`, else `model_type`.
+        let arch_name = match obj.get("architectures").and_then(Value::as_array) {
+            Some(list) if !list.is_empty() => list[0]
+                .as_str()
+                .ok_or_else(|| err("`architectures` holds a non-string".into()))?
+                .to_string(),
+            _ => obj
+                .get("model_type")
+                .and_then(Value::as_str)
+                .ok_or_else(|| err("neither `architectures` nor `model_type` is given".into()))?
+                .to_string(),
+        };
+        let architecture =
+            Architecture::from_name(&arch_name).ok_or_else(|| LlmError::UnknownArchitecture {
+                path: path.to_path_buf(),
+                found: arch_name.clone(),
+                supported: Architecture::supported(),
+            })?;
+
+        let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
+        let usize_of = |key: &str, v: &Value| -> Result<usize> {
+            v.as_u64()
+                .map(|n| n as usize)
+                .ok_or_else(|| err(format!("`{key}` = {v} is not a non-negative integer")))
+        };
+        let int = |key: &str| -> Result<usize> {
+            let v = present(key).ok_or_else(|| err(format!("`{key}` is missing")))?;
+            usize_of(key, v)
+        };
+        let int_or = |key: &str, default: usize| -> Result<usize> {
+            present(key).map_or(Ok(default), |v| usize_of(key, v))
+        };
+        let float_or = |key: &str, default: f64| -> Result<f64> {
+            present(key).map_or(Ok(default), |v| {
+                v.as_f64()
+                    .ok_or_else(|| err(format!("`{key}` = {v} is not a number")))
+            })
+        };
+        let bool_or = |key: &str, default: bool| -> Result<bool> {
+            present(key).map_or(Ok(default), |v| {
+                v.as_bool()
+                    .ok_or_else(|| err(format!("`{key}` = {v} is not a boolean")))
+            })
+        };
+
+        let act = present("hidden_act")
+            .and_then(Value::as_str)
+            .unwrap_or("silu");
+        if act != "silu" {
+            return Err(err(format!(
+                "`hidden_act` = `{act}` is not supported (only `silu`, the SwiGLU MLP)"
+            )));
+        }
+        if bool_or("use_sliding_window", false)? {
+            return Err(err(
+                "`use_sliding_window` = true is not supported (full attention only)".into(),
+            ));
+        }
+        if let Some(types) = present("layer_types").and_then(Value::as_array) {
+            if let Some(other) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+                return Err(err(format!(
+                    "`layer_types` holds {other}; only `full_attention` layers are supported"
+                )));
+            }
+        }
+
+        let hidden_size = int("hidden_size")?;
+        let num_heads = int("num_attention_heads")?;
+        let num_kv_heads = int_or("num_key_value_heads", num_heads)?;
+        if num_heads == 0 || num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
+            return Err(err(format!(
+                "`num_attention_heads` = {num_heads} is not a positive multiple of \
+                 `num_key_value_heads` = {num_kv_heads}"
+            )));
+        }
+        let head_dim = match present("head_dim") {
+            Some(v) => usize_of("head_dim", v)?,
+            None if hidden_size.is_multiple_of(num_heads) => hidden_size / num_heads,
+            None => {
+                return Err(err(format!(
+                    "no `head_dim`, and `hidden_size` = {hidden_size} is not a multiple of \
+                     `num_attention_heads` = {num_heads}"
+                )))
+            }
+        };
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
+            return Err(err(format!(
+                "`head_dim` = {head_dim} must be even and positive for RoPE"
+            )));
+        }
+
+        // RoPE: transformers 5 nests theta and scaling in `rope_parameters`; 4.x has
+        // `rope_theta` and an optional `rope_scaling` object.
+        let (rope_theta, rope_obj) = match present("rope_parameters") {
+            Some(Value::Object(p)) => {
+                let theta = p.get("rope_theta").filter(|v| !v.is_null());
+                let theta = match theta {
+                    Some(v) => v.as_f64().ok_or_else(|| {
+                        err(format!(
+                            "`rope_parameters.rope_theta` = {v} is not a number"
+                        ))
+                    })?,
+                    None => float_or("rope_theta", 10_000.0)?,
+                };
+                (theta, Some(p.clone()))
+            }
+            Some(other) => {
+                return Err(err(format!("`rope_parameters` = {other} is not an object")))
+            }
+            None => {
+                let scaling = match present("rope_scaling") {
+                    Some(Value::Object(s)) => Some(s.clone()),
+                    Some(other) => {
+                        return Err(err(format!("`rope_scaling` = {other} is not an object")))
+                    }
+                    None => None,
+                };
+                (float_or("rope_theta", 10_000.0)?, scaling)
+            }
+        };
+        let rope_scaling = match rope_obj {
+            Some(p) => parse_rope_scaling(&p).map_err(err)?,
+            None => RopeScaling::None,
+        };
+
+        let eos_token_ids = match present("eos_token_id") {
+            None => vec![],
+            Some(Value::Array(ids)) => ids
+                .iter()
+                .map(|v| usize_of("eos_token_id", v).map(|n| n as u32))
+                .collect::<Result<_>>()?,
+            Some(v) => vec![usize_of("eos_token_id", v)? as u32],
+        };
+
+        let config = Self {
+            architecture,
+            vocab_size: int("vocab_size")?,
+            hidden_size,
+            intermediate_size: int("intermediate_size")?,
+            num_layers: int("num_hidden_layers")?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            rms_norm_eps: float_or("rms_norm_eps", 1e-6)?,
+            rope_theta,
+            rope_scaling,
+            tie_word_embeddings: bool_or("tie_word_embeddings", false)?,
+            attention_bias: bool_or("attention_bias", false)?,
+            mlp_bias: bool_or("mlp_bias", false)?,
+            max_position_embeddings: int_or("max_position_embeddings", 4096)?,
+            eos_token_ids,
+        };
+        if config.vocab_size == 0 || config.hidden_size == 0 || config.num_layers == 0 {
+            return Err(err(
+                "`vocab_size`, `hidden_size` and `num_hidden_layers` must be positive".into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// A named preset shape for random-weight benchmarks (see [`PRESETS`]).
+    pub fn preset(name: &str) -> Result<Self> {
+        let qwen3 = |hidden, layers, heads, kv_heads, head_dim, inter, vocab| Self {
+            architecture: Architecture::Qwen3,
+            vocab_size: vocab,
+            hidden_size: hidden,
+            intermediate_size: inter,
+            num_layers: layers,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_scaling: RopeScaling::None,
+            tie_word_embeddings: true,
+            attention_bias: false,
+            mlp_bias: false,
+            max_position_embeddings: 40_960,
+            eos_token_ids: vec![],
+        };
+        match name {
+            // Qwen/Qwen3-0.6B's config.json.
+            "qwen3-0.6b" => Ok(qwen3(1024, 28, 16, 8, 128, 3072, 151_936)),
+            // meta-llama/Llama-3.2-1B's config.json.
+            "llama3.2-1b" => Ok(Self {
+                architecture: Architecture::Llama,
+                vocab_size: 128_256,
+                hidden_size: 2048,
+                intermediate_size: 8192,
+                num_layers: 16,
+                num_heads: 32,
+                num_kv_heads: 8,
+                head_dim: 64,
+                rms_norm_eps: 1e-5,
+                rope_theta: 500_000.0,
+                rope_scaling: RopeScaling::Llama3 {
+                    factor: 32.0,
+                    low_freq_factor: 1.0,
+                    high_freq_factor: 4.0,
+                    original_max_position_embeddings: 8192.0,
+                },
+                tie_word_embeddings: true,
+                attention_bias: false,
+                mlp_bias: false,
+                max_position_embeddings: 131_072,
+                eos_token_ids: vec![],
+            }),
+            // A Qwen3-shaped model of about 41M parameters that runs quickly on a small CPU.
+            "small" => Ok(qwen3(512, 8, 8, 4, 64, 1536, 32_000)),
+            other => Err(LlmError::Config {
+                path: PathBuf::from("--preset"),
+                message: format!("unknown preset `{other}` (known: {})", PRESETS.join(", ")),
+            }),
+        }
+    }
+
+    /// Query heads per key/value head.
+    pub fn groups(&self) -> usize {
+        self.num_heads / self.num_kv_heads
+    }
+
+    /// Number of parameters (tied embeddings counted once).
+    pub fn num_params(&self) -> usize {
+        let (h, d) = (self.hidden_size, self.head_dim);
+        let attn = h * self.num_heads * d * 2 + h * self.num_kv_heads * d * 2;
+        let mlp = 3 * h * self.intermediate_size;
+        let norms = 2 * h
+            + if self.architecture == Architecture::Qwen3 {
+                2 * d
+            } else {
+                0
+            };
+        let head = if self.tie_word_embeddings {
+            0
+        } else {
+            self.vocab_size * h
+        };
+        self.vocab_size * h + self.num_layers * (attn + mlp + norms) + h + head
+    }
+}
+
+/// Reads the scaling part of a `rope_scaling`/`rope_parameters` object.
+fn parse_rope_scaling(
+    p: &serde_json::Map<String, Value>,
+) -> std::result::Result<RopeScaling, String> {
+    let kind = p
+        .get("rope_type")
+        .or_else(|| p.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let num = |key: &str| -> std::result::Result<f64, String> {
+        p.get(key)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| format!("rope scaling `{kind}` needs a numeric `{key}`"))
+    };
+    match kind {
+        "default" => Ok(RopeScaling::None),
+        "linear" => {
+            let factor = num("factor")?;
+            if factor <= 0.0 {
+                return Err(format!(
+                    "rope scaling `linear`: factor {factor} must be positive"
+                ));
+            }
+            Ok(RopeScaling::Linear { factor })
+        }
+        "llama3" => {
+            let scaling = RopeScaling::Llama3 {
+                factor: num("factor")?,
+                low_freq_factor: num("low_freq_factor")?,
+                high_freq_factor: num("high_freq_factor")?,
+                original_max_position_embeddings: num("original_max_position_embeddings")?,
+            };
+            if let RopeScaling::Llama3 {
+                low_freq_factor,
+                high_freq_factor,
+                ..
+            } = scaling
+            {
+                if high_freq_factor <= low_freq_factor || low_freq_factor <= 0.0 {
+                    return Err(format!(
+                        "rope scaling `llama3`: need 0 < low_freq_factor ({low_freq_factor}) < \
+                         high_freq_factor ({high_freq_factor})"
+                    ));
+                }
+            }
+            Ok(scaling)
+        }
+        other => Err(format!(
+            "unsupported rope scaling type `{other}` (supported: default, linear, llama3)"
+        )),
+    }
+}

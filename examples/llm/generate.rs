@@ -1,0 +1,189 @@
+//! The generation loop: prefill the prompt into the cache, then decode one token at a time until
+//! an end-of-sequence token or the token budget, handing each token to a callback as soon as it
+//! is known (so callers can stream it), and timing the two phases the way `mlx_lm.generate`
+//! reports them.
+
+use super::cache::KvCache;
+use super::error::{LlmError, Result};
+use super::model::{Llm, Logits};
+use super::sampling::Sampler;
+use burn_tensor::backend::Backend;
+use burn_tensor::{BasicOps, DType, Tensor, TensorData};
+use std::time::{Duration, Instant};
+
+/// How to generate.
+pub struct GenerateOptions<'a> {
+    /// The most tokens to generate (the end-of-sequence token, when met, is not counted).
+    pub max_tokens: usize,
+    /// Tokens that end generation (empty: run to `max_tokens`).
+    pub stop_tokens: &'a [u32],
+    /// How each token is chosen.
+    pub sampler: Sampler,
+    /// Reads the backend's own memory in use (bytes), sampled after every token; `None` when the
+    /// backend has no such counter and the process's peak RSS is what is reported.
+    pub device_memory: Option<&'a dyn Fn() -> u64>,
+}
+
+/// What one generation measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    /// Tokens generated (the end-of-sequence token excluded).
+    pub generated_tokens: usize,
+    /// From the start of prefill until the first generated token was on the host.
+    pub time_to_first_token: Duration,
+    /// One-token forward passes after the first token (each produced one token, the
+    /// end-of-sequence token included).
+    pub decode_steps: usize,
+    /// From the first generated token until the last decode step's token was on the host.
+    pub decode_time: Duration,
+    /// The largest value of [`GenerateOptions::device_memory`] seen, if it was given.
+    pub device_memory_peak: Option<u64>,
+    /// The process's peak resident set (`VmHWM`), if the platform reports it.
+    pub rss_peak: Option<u64>,
+}
+
+impl Stats {
+    /// Prompt tokens per second of time to first token.
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        self.prompt_tokens as f64 / self.time_to_first_token.as_secs_f64()
+    }
+
+    /// Decode steps per second (the first token comes out of prefill and is not counted).
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        if self.decode_steps == 0 || self.decode_time.is_zero() {
+            return 0.0;
+        }
+        self.decode_steps as f64 / self.decode_time.as_secs_f64()
+    }
+
+    /// One line: prompt and generated tokens, time to first token, prefill and decode rates,
+    /// peak memory.
+    pub fn summary(&self) -> String {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let memory = match (self.device_memory_peak, self.rss_peak) {
+            (Some(dev), Some(rss)) => format!(
+                "peak memory {:.1} MiB (backend, sampled per token; process RSS peak {:.1} MiB)",
+                mib(dev),
+                mib(rss)
+            ),
+            (Some(dev), None) => format!("peak memory {:.1} MiB (backend)", mib(dev)),
+            (None, Some(rss)) => format!("peak memory {:.1} MiB (process RSS)", mib(rss)),
+            (None, None) => "peak memory unknown".to_string(),
+        };
+        format!(
+            "prompt {} tokens, generated {} tokens | time to first token {:.3} s | \
+             prefill {:.1} tok/s | decode {:.2} tok/s | {memory}",
+            self.prompt_tokens,
+            self.generated_tokens,
+            self.time_to_first_token.as_secs_f64(),
+            self.prefill_tokens_per_s(),
+            self.decode_tokens_per_s(),
+        )
+    }
+}
+
+/// The process's peak resident set size in bytes (`VmHWM` of `/proc/self/status`).
+pub fn rss_peak_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Reads a tensor back, turning a backend failure into an error.
+fn read<B: Backend, const D: usize, K: BasicOps<B>>(
+    t: Tensor<B, D, K>,
+    what: &str,
+) -> Result<TensorData> {
+    t.try_into_data()
+        .map_err(|e| LlmError::Input(format!("reading the {what} back failed: {e:?}")))
+}
+
+/// Chooses the next token from logits `[1, vocab]`: greedy on the device (one integer comes
+/// back), sampling on the host.
+pub fn next_token<B: Backend>(logits: Tensor<B, 2>, sampler: &mut Sampler) -> Result<u32> {
+    if sampler.is_greedy() {
+        let data = read(logits.argmax(1), "argmax")?;
+        let id = data
+            .iter::<i64>()
+            .next()
+            .ok_or_else(|| LlmError::Input("argmax returned nothing".into()))?;
+        return Ok(id as u32);
+    }
+    let data = read(logits.cast(DType::F32), "logits")?.convert::<f32>();
+    let row = data
+        .to_vec::<f32>()
+        .map_err(|e| LlmError::Input(format!("logits: {e:?}")))?;
+    Ok(sampler.sample(&row))
+}
+
+/// Generates after `prompt`, which is written into `cache` (it must be empty or hold the
+/// sequence `prompt` continues). `on_token` receives every generated token as soon as it is
+/// known, and may stop generation by returning an error.
+pub fn generate<B: Backend>(
+    model: &Llm<B>,
+    cache: &mut KvCache<B>,
+    prompt: &[u32],
+    options: &mut GenerateOptions,
+    on_token: &mut dyn FnMut(u32) -> Result<()>,
+) -> Result<(Vec<u32>, Stats)> {
+    if options.max_tokens == 0 {
+        return Err(LlmError::Input("max_tokens must be at least 1".into()));
+    }
+    // Room for the prompt and every token that is fed back (the last one never is).
+    let needed = cache.len() + prompt.len() + options.max_tokens - 1;
+    if needed > cache.capacity() {
+        return Err(LlmError::Input(format!(
+            "context full: {} cached + {} prompt + {} new tokens need {needed} positions, the \
+             cache holds {} (raise --max-context)",
+            cache.len(),
+            prompt.len(),
+            options.max_tokens,
+            cache.capacity()
+        )));
+    }
+    let probe = options.device_memory;
+    let mut device_peak = 0u64;
+    let sample_memory = |peak: &mut u64| {
+        if let Some(probe) = probe {
+            *peak = (*peak).max(probe());
+        }
+    };
+
+    let start = Instant::now();
+    let logits = model.forward(prompt, cache, Logits::Last)?;
+    let mut token = next_token(logits, &mut options.sampler)?;
+    let time_to_first_token = start.elapsed();
+    sample_memory(&mut device_peak);
+    let first_done = Instant::now();
+
+    let mut tokens = Vec::with_capacity(options.max_tokens);
+    let mut decode_steps = 0;
+    loop {
+        if options.stop_tokens.contains(&token) {
+            break;
+        }
+        tokens.push(token);
+        on_token(token)?;
+        if tokens.len() == options.max_tokens {
+            break;
+        }
+        let logits = model.forward(&[token], cache, Logits::Last)?;
+        token = next_token(logits, &mut options.sampler)?;
+        decode_steps += 1;
+        sample_memory(&mut device_peak);
+    }
+    let decode_time = first_done.elapsed();
+    let stats = Stats {
+        prompt_tokens: prompt.len(),
+        generated_tokens: tokens.len(),
+        time_to_first_token,
+        decode_steps,
+        decode_time,
+        device_memory_peak: probe.map(|_| device_peak),
+        rss_peak: rss_peak_bytes(),
+    };
+    Ok((tokens, stats))
+}

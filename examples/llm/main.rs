@@ -1,0 +1,373 @@
+//! Text generation with a Llama- or Qwen3-family model in Burn, on the MLX backend (or Burn's
+//! CPU backends through the same model code).
+//!
+//! ```text
+//! cargo run --release --example llm -- --model DIR --prompt "The capital of France is"
+//! cargo run --release --example llm -- --model DIR --prompt-ids 1,450,7483 --max-tokens 32
+//! cargo run --release --example llm -- --model DIR --prompt "..." --temp 0.7 --top-p 0.9 --seed 1
+//! cargo run --release --example llm -- --bench --preset qwen3-0.6b --dtype bf16
+//! cargo run --release --example llm -- --bench --preset small --backend ndarray
+//! ```
+//!
+//! `DIR` is a Hugging Face model folder: `config.json`, `model.safetensors` (or shards with
+//! `model.safetensors.index.json`) and, for `--prompt`, `tokenizer.json`. Tokens are printed as
+//! they are generated, then one summary line (prompt and generated tokens, time to first token,
+//! prefill and decode tokens/s, peak memory). `--bench` builds a preset shape with random weights
+//! instead, needs no files, and prints the same line after a short warm-up run.
+
+#[path = "mod.rs"]
+mod llm;
+
+use burn_candle::{Candle, CandleDevice};
+use burn_flex::{Flex, FlexDevice};
+use burn_mlx::{Mlx, MlxDevice};
+use burn_ndarray::{NdArray, NdArrayDevice};
+use burn_tensor::backend::Backend;
+use burn_tensor::DType;
+use clap::{Parser, ValueEnum};
+use llm::config::{LlmConfig, PRESETS};
+use llm::error::{LlmError, Result};
+use llm::generate::{generate, GenerateOptions};
+use llm::model::Llm;
+use llm::sampling::Sampler;
+use llm::weights::load_model;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+use tokenizers::Tokenizer;
+
+/// The Burn backend to run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// burn-mlx (MLX's CPU, Metal or CUDA backend).
+    Mlx,
+    /// burn-ndarray (f32 only).
+    Ndarray,
+    /// burn-flex.
+    Flex,
+    /// burn-candle on the CPU.
+    Candle,
+}
+
+/// MLX's device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DeviceArg {
+    /// The GPU when MLX has one, else the CPU.
+    Auto,
+    /// MLX's CPU backend.
+    Cpu,
+    /// MLX's GPU backend (Metal, or CUDA with the `cuda` feature).
+    Gpu,
+}
+
+/// Weights, activations and cache dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DTypeArg {
+    /// 32-bit float.
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half.
+    F16,
+}
+
+impl From<DTypeArg> for DType {
+    fn from(d: DTypeArg) -> Self {
+        match d {
+            DTypeArg::F32 => DType::F32,
+            DTypeArg::Bf16 => DType::BF16,
+            DTypeArg::F16 => DType::F16,
+        }
+    }
+}
+
+/// Generate text with a Llama/Qwen3 model in Burn (MLX backend by default).
+#[derive(Debug, Parser)]
+#[command(name = "llm")]
+struct Args {
+    /// Model folder: config.json, model.safetensors (or shards and their index), tokenizer.json.
+    #[arg(long, required_unless_present = "bench")]
+    model: Option<PathBuf>,
+    /// Prompt text (needs the folder's tokenizer.json).
+    #[arg(long, conflicts_with = "prompt_ids")]
+    prompt: Option<String>,
+    /// Prompt as comma-separated token ids (bypasses the tokenizer).
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    /// Most tokens to generate [default: 256, 128 with --bench].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, alias = "temperature", default_value_t = 0.0)]
+    temp: f32,
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Seed of the sampler (and of --bench's random prompt).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Cache capacity in positions [default: prompt + max tokens].
+    #[arg(long)]
+    max_context: Option<usize>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Burn backend.
+    #[arg(long, value_enum, default_value = "mlx")]
+    backend: BackendArg,
+    /// MLX device (with --backend mlx).
+    #[arg(long, value_enum, default_value = "auto")]
+    device: DeviceArg,
+    /// Dtype of weights, activations and cache.
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: DTypeArg,
+    /// Measure prefill and decode speed on random weights of a preset shape (no files needed).
+    #[arg(long)]
+    bench: bool,
+    /// The --bench shape: qwen3-0.6b, llama3.2-1b, or small (a 41M-parameter Qwen3 for CPUs).
+    #[arg(long, default_value = "qwen3-0.6b", value_parser = clap::builder::PossibleValuesParser::new(PRESETS.iter().copied()))]
+    preset: String,
+    /// Prompt length of --bench (random token ids).
+    #[arg(long, default_value_t = 512)]
+    prompt_len: usize,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match dispatch(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs on the chosen backend.
+fn dispatch(args: &Args) -> Result<()> {
+    if args.backend != BackendArg::Mlx && args.device != DeviceArg::Auto {
+        return Err(LlmError::Input(
+            "--device chooses MLX's device; it applies to --backend mlx only".into(),
+        ));
+    }
+    if args.backend == BackendArg::Ndarray && args.dtype != DTypeArg::F32 {
+        return Err(LlmError::Input(
+            "--backend ndarray runs in f32 only (--dtype f32)".into(),
+        ));
+    }
+    match args.backend {
+        BackendArg::Mlx => {
+            let device = match args.device {
+                DeviceArg::Auto => MlxDevice::default(),
+                DeviceArg::Cpu => MlxDevice::Cpu,
+                DeviceArg::Gpu if MlxDevice::gpu_available() => MlxDevice::Gpu,
+                DeviceArg::Gpu => {
+                    return Err(LlmError::Input(
+                        "--device gpu: this MLX build has no GPU (CPU-only wheel; build with \
+                         --features cuda on NVIDIA, or run on Apple silicon)"
+                            .into(),
+                    ))
+                }
+            };
+            let probe: &dyn Fn() -> u64 = &|| {
+                let (active, cache) = burn_mlx::memory_stats();
+                (active + cache) as u64
+            };
+            let name = format!("mlx ({device:?})").to_lowercase();
+            run::<Mlx>(args, &device, &name, Some(probe))
+        }
+        BackendArg::Ndarray => run::<NdArray>(args, &NdArrayDevice::Cpu, "ndarray", None),
+        BackendArg::Flex => run::<Flex>(args, &FlexDevice, "flex", None),
+        BackendArg::Candle => run::<Candle>(args, &CandleDevice::Cpu, "candle (cpu)", None),
+    }
+}
+
+/// Loads (or, with --bench, makes) the model and generates.
+fn run<B: Backend>(
+    args: &Args,
+    device: &B::Device,
+    backend_name: &str,
+    device_memory: Option<&dyn Fn() -> u64>,
+) -> Result<()> {
+    let dtype = DType::from(args.dtype);
+    if args.bench {
+        return bench::<B>(args, device, backend_name, dtype, device_memory);
+    }
+    let dir = args
+        .model
+        .as_deref()
+        .ok_or_else(|| LlmError::Input("--model DIR is required without --bench".into()))?;
+    let start = Instant::now();
+    let model = load_model::<B>(dir, device, dtype)?;
+    let tokenizer = load_tokenizer(dir, args.prompt.is_some())?;
+    let config = model.config();
+    eprintln!(
+        "loaded {} ({:?}, {} layers, {:.1}M parameters) on {backend_name} in {:?} in {:.2} s",
+        dir.display(),
+        config.architecture,
+        config.num_layers,
+        config.num_params() as f64 / 1e6,
+        dtype,
+        start.elapsed().as_secs_f64()
+    );
+
+    let prompt: Vec<u32> = match (&args.prompt_ids, &args.prompt, &tokenizer) {
+        (Some(ids), _, _) => ids.clone(),
+        (None, Some(text), Some(tok)) => tok
+            .encode(text.as_str(), true)
+            .map_err(|e| LlmError::Tokenizer(e.to_string()))?
+            .get_ids()
+            .to_vec(),
+        (None, Some(_), None) => {
+            return Err(LlmError::Tokenizer(
+                "no tokenizer.json for --prompt; give --prompt-ids".into(),
+            ))
+        }
+        (None, None, _) => {
+            return Err(LlmError::Input(
+                "give a prompt: --prompt TEXT or --prompt-ids 1,2,3".into(),
+            ))
+        }
+    };
+    let max_tokens = args.max_tokens.unwrap_or(256) as usize;
+    let capacity = args.max_context.unwrap_or(prompt.len() + max_tokens);
+    let mut cache = model.new_cache(capacity);
+    let stop = if args.ignore_eos {
+        vec![]
+    } else {
+        config.eos_token_ids.clone()
+    };
+    let mut options = GenerateOptions {
+        max_tokens,
+        stop_tokens: &stop,
+        sampler: Sampler::new(args.temp, args.top_p, args.seed),
+        device_memory,
+    };
+    let mut printer = Printer::new(tokenizer.as_ref());
+    let (_, stats) = generate(&model, &mut cache, &prompt, &mut options, &mut |t| {
+        printer.push(t)
+    })?;
+    println!();
+    println!("{}", stats.summary());
+    Ok(())
+}
+
+/// `dir/tokenizer.json`, required when the prompt is text.
+fn load_tokenizer(dir: &Path, required: bool) -> Result<Option<Tokenizer>> {
+    let path = dir.join("tokenizer.json");
+    if !path.is_file() {
+        return if required {
+            Err(LlmError::Tokenizer(format!(
+                "{} not found; give --prompt-ids instead of --prompt",
+                path.display()
+            )))
+        } else {
+            Ok(None)
+        };
+    }
+    Tokenizer::from_file(&path)
+        .map(Some)
+        .map_err(|e| LlmError::Tokenizer(format!("{}: {e}", path.display())))
+}
+
+/// Streams tokens to stdout: decoded text when there is a tokenizer, else the ids.
+struct Printer<'a> {
+    tokenizer: Option<&'a Tokenizer>,
+    tokens: Vec<u32>,
+    printed: String,
+}
+
+impl<'a> Printer<'a> {
+    fn new(tokenizer: Option<&'a Tokenizer>) -> Self {
+        Self {
+            tokenizer,
+            tokens: vec![],
+            printed: String::new(),
+        }
+    }
+
+    /// Prints what `token` adds. Text is re-decoded from all tokens and printed from where the
+    /// last print stopped, holding back an incomplete UTF-8 sequence until it completes.
+    fn push(&mut self, token: u32) -> Result<()> {
+        let mut out = std::io::stdout().lock();
+        let io = |e: std::io::Error| LlmError::Input(format!("writing to stdout: {e}"));
+        match self.tokenizer {
+            None => write!(out, "{token} ").map_err(io)?,
+            Some(tok) => {
+                self.tokens.push(token);
+                let text = tok
+                    .decode(&self.tokens, true)
+                    .map_err(|e| LlmError::Tokenizer(e.to_string()))?;
+                if !text.ends_with('\u{fffd}') {
+                    let new = text.strip_prefix(self.printed.as_str()).unwrap_or(&text);
+                    write!(out, "{new}").map_err(io)?;
+                    self.printed = text;
+                }
+            }
+        }
+        out.flush().map_err(io)
+    }
+}
+
+/// `--bench`: random weights of a preset shape, a random prompt, one warm-up run, one measured
+/// run, one line of results.
+fn bench<B: Backend>(
+    args: &Args,
+    device: &B::Device,
+    backend_name: &str,
+    dtype: DType,
+    device_memory: Option<&dyn Fn() -> u64>,
+) -> Result<()> {
+    let config = LlmConfig::preset(&args.preset)?;
+    let max_tokens = args.max_tokens.unwrap_or(128) as usize;
+    if args.prompt_len == 0 {
+        return Err(LlmError::Input("--prompt-len must be at least 1".into()));
+    }
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let prompt: Vec<u32> = (0..args.prompt_len)
+        .map(|_| rng.random_range(0..config.vocab_size as u32))
+        .collect();
+    let params = config.num_params();
+    let model = Llm::<B>::random(config, device, dtype)?;
+
+    // Warm-up: materializes the (lazily generated) weights and runs every kernel once.
+    let warm_prompt = &prompt[..prompt.len().min(32)];
+    let mut warm_cache = model.new_cache(warm_prompt.len() + 4);
+    let mut warm = GenerateOptions {
+        max_tokens: 4,
+        stop_tokens: &[],
+        sampler: Sampler::greedy(),
+        device_memory: None,
+    };
+    generate(&model, &mut warm_cache, warm_prompt, &mut warm, &mut |_| {
+        Ok(())
+    })?;
+    drop(warm_cache);
+
+    let mut cache = model.new_cache(prompt.len() + max_tokens);
+    let mut options = GenerateOptions {
+        max_tokens,
+        stop_tokens: &[],
+        sampler: Sampler::new(args.temp, args.top_p, args.seed),
+        device_memory,
+    };
+    let (_, stats) = generate(&model, &mut cache, &prompt, &mut options, &mut |_| Ok(()))?;
+    let elem = match dtype {
+        DType::F32 => 4,
+        _ => 2,
+    };
+    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "bench {} ({:.1}M params) on {backend_name} {:?}: {} | weights {:.1} MiB + KV cache {:.1} MiB",
+        args.preset,
+        params as f64 / 1e6,
+        dtype,
+        stats.summary(),
+        mib(params * elem),
+        mib(cache.bytes(elem)),
+    );
+    Ok(())
+}

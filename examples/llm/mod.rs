@@ -1,0 +1,17 @@
+//! A decoder-only language model (the Llama and Qwen3 families) written with Burn tensor ops,
+//! generic over the backend, and what runs it: the Hugging Face `config.json` and safetensors
+//! weights, a key/value cache preallocated to a maximum context, rotary position embeddings,
+//! greedy and sampled generation with timing, and random-weight presets for benchmarks.
+//!
+//! Shared by `examples/llm/main.rs` (the `llm` example) and `tests/llm.rs`, which both include
+//! this folder with `#[path]`.
+#![allow(dead_code)]
+
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod generate;
+pub mod model;
+pub mod rope;
+pub mod sampling;
+pub mod weights;

@@ -1,0 +1,232 @@
+//! Hugging Face safetensors checkpoints: one `model.safetensors`, or shards listed by
+//! `model.safetensors.index.json`, read with the `safetensors` crate. Every tensor is checked
+//! (present, F32/BF16/F16, the shape the config implies) before it becomes a Burn tensor, and a
+//! failure is an [`LlmError`] naming the file, the tensor and the shapes.
+
+use super::config::LlmConfig;
+use super::error::{LlmError, Result};
+use super::model::{Llm, ParamSource};
+use burn_tensor::backend::Backend;
+use burn_tensor::{bf16, f16, DType, Tensor, TensorData};
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::{Dtype, SafeTensors};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The single-file weights name.
+pub const SINGLE_FILE: &str = "model.safetensors";
+/// The index of a sharded checkpoint.
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// One weights file, read into memory with its parsed header.
+struct WeightFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    /// Where the data section starts (after the 8-byte length and the JSON header).
+    data_start: usize,
+    metadata: Metadata,
+}
+
+impl WeightFile {
+    /// Reads and validates `path`.
+    fn open(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| LlmError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let (header_len, metadata) = SafeTensors::read_metadata(&bytes).map_err(|e| {
+            let mut reason = format!("{e:?}");
+            if let Some(declared) = declared_size(&bytes) {
+                if declared != bytes.len() as u64 {
+                    reason = format!(
+                        "its header describes {declared} bytes, the file has {} (truncated?); {reason}",
+                        bytes.len()
+                    );
+                }
+            }
+            LlmError::BadWeights {
+                path: path.to_path_buf(),
+                size: bytes.len() as u64,
+                reason,
+            }
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            data_start: 8 + header_len,
+            bytes,
+            metadata,
+        })
+    }
+
+    fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.metadata.info(name)
+    }
+}
+
+/// The size a safetensors file's header promises (8 + header + the end of the last tensor), or
+/// `None` when even the header cannot be read.
+fn declared_size(bytes: &[u8]) -> Option<u64> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let header = bytes.get(8..8usize.checked_add(n as usize)?)?;
+    let json: serde_json::Value = serde_json::from_slice(header).ok()?;
+    let end = json
+        .as_object()?
+        .iter()
+        .filter(|(k, _)| k.as_str() != "__metadata__")
+        .filter_map(|(_, v)| v.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    Some(8 + n + end)
+}
+
+/// A checkpoint folder's weights, converted on request into Burn tensors of one dtype.
+pub struct SafetensorsParams<B: Backend> {
+    files: Vec<WeightFile>,
+    /// Tensor name → index into `files`.
+    location: HashMap<String, usize>,
+    /// What a missing tensor's error names: the single file, or the index.
+    source: PathBuf,
+    device: B::Device,
+    dtype: DType,
+}
+
+impl<B: Backend> SafetensorsParams<B> {
+    /// Opens `dir/model.safetensors.index.json` and its shards if present, else
+    /// `dir/model.safetensors`. Tensors will be made in `dtype` on `device`.
+    pub fn open(dir: &Path, device: &B::Device, dtype: DType) -> Result<Self> {
+        let index_path = dir.join(INDEX_FILE);
+        let (paths, source) = if index_path.is_file() {
+            (shard_paths(&index_path)?, index_path)
+        } else {
+            let single = dir.join(SINGLE_FILE);
+            if !single.is_file() {
+                return Err(LlmError::Io {
+                    path: single,
+                    reason: format!("no {SINGLE_FILE} or {INDEX_FILE} in this folder"),
+                });
+            }
+            (vec![single.clone()], single)
+        };
+        let mut files = Vec::with_capacity(paths.len());
+        let mut location = HashMap::new();
+        for (i, path) in paths.iter().enumerate() {
+            let file = WeightFile::open(path)?;
+            for name in file.metadata.tensors().keys() {
+                location.insert(name.clone(), i);
+            }
+            files.push(file);
+        }
+        Ok(Self {
+            files,
+            location,
+            source,
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    /// The tensor `name`, checked against `expected` and converted to a Burn tensor.
+    fn tensor<const D: usize>(&self, name: &str, expected: [usize; D]) -> Result<Tensor<B, D>> {
+        let missing = || LlmError::MissingTensor {
+            path: self.source.clone(),
+            tensor: name.to_string(),
+            expected: expected.to_vec(),
+        };
+        let file = &self.files[*self.location.get(name).ok_or_else(missing)?];
+        let info = file.info(name).ok_or_else(missing)?;
+        if info.shape != expected {
+            return Err(LlmError::WrongShape {
+                path: file.path.clone(),
+                tensor: name.to_string(),
+                expected: expected.to_vec(),
+                found: info.shape.clone(),
+            });
+        }
+        let (start, end) = info.data_offsets;
+        let bytes = file
+            .bytes
+            .get(file.data_start + start..file.data_start + end)
+            .ok_or_else(|| LlmError::BadWeights {
+                path: file.path.clone(),
+                size: file.bytes.len() as u64,
+                reason: format!("tensor `{name}`'s data lies outside the file"),
+            })?;
+        let data = match info.dtype {
+            Dtype::F32 => TensorData::new(decode(bytes, f32::from_le_bytes), expected),
+            Dtype::BF16 => TensorData::new(
+                decode(bytes, |b: [u8; 2]| bf16::from_bits(u16::from_le_bytes(b))),
+                expected,
+            ),
+            Dtype::F16 => TensorData::new(
+                decode(bytes, |b: [u8; 2]| f16::from_bits(u16::from_le_bytes(b))),
+                expected,
+            ),
+            other => {
+                return Err(LlmError::UnsupportedDtype {
+                    path: file.path.clone(),
+                    tensor: name.to_string(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        Ok(Tensor::from_data(data, (&self.device, self.dtype)))
+    }
+}
+
+/// Little-endian elements of `N` bytes.
+fn decode<const N: usize, T>(bytes: &[u8], from: impl Fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| from(c.try_into().expect("chunks_exact yields N bytes")))
+        .collect()
+}
+
+/// The shard files an index names, in first-mention order.
+fn shard_paths(index: &Path) -> Result<Vec<PathBuf>> {
+    let err = |message: String| LlmError::Config {
+        path: index.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(index).map_err(|e| LlmError::Io {
+        path: index.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| err("no `weight_map` object".into()))?;
+    let dir = index.parent().unwrap_or(Path::new("."));
+    let mut paths: Vec<PathBuf> = vec![];
+    for (tensor, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| err(format!("`weight_map.{tensor}` is not a file name")))?;
+        let path = dir.join(file);
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+    if paths.is_empty() {
+        return Err(err("`weight_map` is empty".into()));
+    }
+    Ok(paths)
+}
+
+impl<B: Backend> ParamSource<B> for SafetensorsParams<B> {
+    fn vector(&mut self, name: &str, shape: [usize; 1]) -> Result<Tensor<B, 1>> {
+        self.tensor(name, shape)
+    }
+
+    fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Tensor<B, 2>> {
+        self.tensor(name, shape)
+    }
+}
+
+/// Loads a Hugging Face checkpoint folder (`config.json` and safetensors weights) in `dtype`.
+pub fn load_model<B: Backend>(dir: &Path, device: &B::Device, dtype: DType) -> Result<Llm<B>> {
+    let config = LlmConfig::from_dir(dir)?;
+    let mut params = SafetensorsParams::<B>::open(dir, device, dtype)?;
+    Llm::build(config, &mut params, device, dtype)
+}
