@@ -19,15 +19,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let y = Tensor::<B, 2>::from_data(TensorData::new(vec![1.0f32, 0.0], [2, 1]), &device);
     let w = Tensor::<B, 2>::from_data(TensorData::new(vec![0.5f32, -0.5], [2, 1]), &device)
         .require_grad();
-    let loss = (x.matmul(w.clone()) - y).powf_scalar(2.0).mean();
+    let loss = (x.clone().matmul(w.clone()) - y.clone())
+        .powf_scalar(2.0)
+        .mean();
     let loss_before: f32 = loss.clone().into_scalar();
     let grads = loss.backward();
     let grad = w.grad(&grads).ok_or("no gradient for w")?;
-    // d/dw mean((xw - y)^2) = 2/n · xᵀ(xw - y): xw - y = [-1.5, -0.5], so [-2.5, -4.0].
-    let expected = [-2.5f32, -4.0];
+    // d/dw mean((xw - y)^2) = 2/n · xᵀ(xw - y), with n = 2 and xw - y = [-1.5, -0.5].
+    let expected = [-3.0f32, -5.0];
     let got: Vec<f32> = grad.to_data().to_vec()?;
     check("gradient", &got, &expected)?;
-    let w_next = w.inner() - Tensor::from_inner(grad).mul_scalar(0.1);
+    let w_next = w.inner() - grad.mul_scalar(0.02);
     let x = x.inner();
     let y = y.inner();
     let loss_after: f32 = (x.matmul(w_next) - y).powf_scalar(2.0).mean().into_scalar();
