@@ -63,7 +63,12 @@ fn main() {
             burn / raw
         );
     }
-    if std::env::var_os("OPENBLAS_CORETYPE").is_none() {
-        println!("(OpenBLAS picks its kernels itself; on AVX-512 CPUs that Debian's OpenBLAS does not know, OPENBLAS_CORETYPE=SKYLAKEX is faster)");
+    // OpenBLAS (the scipy-openblas32 wheel) picks its kernels for the CPU when it loads, unless
+    // the environment forces them.
+    if let Some(core) = std::env::var_os("OPENBLAS_CORETYPE") {
+        println!(
+            "(OPENBLAS_CORETYPE={} forces OpenBLAS's kernels; unset it to let OpenBLAS choose)",
+            core.to_string_lossy()
+        );
     }
 }
