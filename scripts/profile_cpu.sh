@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Where Burn + Mlx spends its time on this CPU: runs benchmark workloads of burn-mlx-bench under
-# `perf` and writes bench/cpu_profile.md (share of CPU samples per library and per function),
-# which the benchmark report (`cargo bench -p burn-mlx-bench`) appends to BENCHMARKS.md.
+# Where Burn + Mlx spends its time on this CPU: runs workloads of the benchmark suite
+# (benches/backends/) under `perf` and writes benches/cpu_profile.md (share of CPU samples per
+# library and per function), which the benchmark report (`cargo bench`) appends to BENCHMARKS.md.
 #
 #   scripts/profile_cpu.sh                      # the default workloads below
 #   scripts/profile_cpu.sh softmax_1024/mlx     # chosen criterion ids (workload/backend)
@@ -14,11 +14,11 @@ command -v perf >/dev/null || { echo "profile_cpu.sh: perf is missing (apt-get i
 ids=("$@")
 [ ${#ids[@]} -gt 0 ] || ids=(elementwise_chain_1m/mlx softmax_1024/mlx train_mlp_f32/mlx train_transformer/mlx)
 secs=${PROFILE_SECS:-6}
-cargo bench -p burn-mlx-bench --no-run 2>/dev/null
+cargo bench --bench backends --no-run 2>/dev/null
 bin=$(ls -t target/release/deps/backends-* | grep -v '\.d$' | head -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-out=bench/cpu_profile.md
+out=benches/cpu_profile.md
 {
   echo "## Where the CPU time goes (perf profile of Burn + Mlx)"
   echo

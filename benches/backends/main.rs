@@ -2,27 +2,31 @@
 //! (the lower bound on Burn's overhead), workload by workload, with criterion.
 //!
 //! ```text
-//! cargo bench -p burn-mlx-bench                 # everything; writes BENCHMARKS.md and bench/plot.svg
-//! cargo bench -p burn-mlx-bench -- matmul_f32   # only benchmark ids (workload/backend) matching
-//! cargo bench -p burn-mlx-bench -- 'softmax_1024/mlx$'   # a trailing `$` anchors the end
+//! cargo bench                              # everything; writes BENCHMARKS.md and benches/plot.svg
+//! cargo bench -- matmul_f32                # only benchmark ids (workload/backend) matching
+//! cargo bench -- 'softmax_1024/mlx$'       # a trailing `$` anchors the end
 //! ```
 //!
 //! Criterion ids: group = workload, function = backend (`mlx`, `mlx-compiled`, `ndarray`, `flex`,
 //! `candle`, `mlx-rs`). A run ends when its result is computed: `eval` on MLX (its graphs are lazy), a
 //! read-back of one element of the result on the other backends. A backend whose first run of a
 //! workload panics (a dtype or op it lacks) is reported as "n/a" with the panic message.
+//!
+//! After a full run, [`report`] writes `BENCHMARKS.md` and [`plot`] draws `benches/plot.svg`.
 
 // burn-candle 0.21 is marked deprecated upstream; it is still one of the CPU peers asked for.
 #![allow(deprecated)]
 
 extern crate burn_core as burn;
 
+mod plot;
+mod report;
+
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn_autodiff::Autodiff;
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::{compile_float, Mlx, MlxDevice};
-use burn_mlx_bench::{NotApplicable, RunInfo, Workload};
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::loss::CrossEntropyLossConfig;
@@ -36,6 +40,7 @@ use burn_tensor::ops::ConvOptions;
 use burn_tensor::{activation, DType, Distribution, Int, Tensor, TensorData};
 use criterion::{Criterion, SamplingMode};
 use mlx_rs::Array;
+use report::{NotApplicable, RunInfo, Workload};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -332,7 +337,7 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-/// The example CNN (`examples/train.rs`): conv3x3(1→16) → ReLU → maxpool2 → conv3x3(16→32) →
+/// The example CNN (`examples/train/model.rs`): conv3x3(1→16) → ReLU → maxpool2 → conv3x3(16→32) →
 /// ReLU → maxpool2 → linear(1568→64) → ReLU → linear(64→10).
 #[derive(Module, Debug)]
 struct Cnn<B: Backend> {
@@ -675,10 +680,7 @@ fn main() {
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "unknown".into());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("bench/ lies in the repository")
-        .to_path_buf();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let criterion_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
@@ -732,7 +734,7 @@ fn main() {
         total_secs: start.elapsed().as_secs_f64(),
         load_at_start,
     };
-    match burn_mlx_bench::write_report(
+    match report::write_report(
         &root,
         &criterion_dir,
         &suite.workloads,

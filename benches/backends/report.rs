@@ -1,8 +1,10 @@
-//! Report writer for the burn-mlx benchmarks (`benches/backends.rs`).
+//! The report of the benchmark run: `BENCHMARKS.md` at the repository root.
 //!
-//! The bench binary runs every workload through criterion; this module then reads criterion's
-//! estimates (`<criterion dir>/<workload>/<backend>/new/estimates.json`, the median's point
-//! estimate in nanoseconds) and writes `BENCHMARKS.md` and an SVG plot of the ratios.
+//! The bench binary (`main.rs`) runs every workload through criterion; this module then reads
+//! criterion's estimates (`<criterion dir>/<workload>/<backend>/new/estimates.json`, the median's
+//! point estimate in nanoseconds), writes the table and the notes, appends the hand-kept
+//! sections `benches/cpu_profile.md` and `benches/nvidia.md`, and has [`plot`](super::plot) draw
+//! `benches/plot.svg`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,9 @@ pub const BACKENDS: [(&str, &str); 6] = [
 
 /// How many implementations a workload can have.
 const N: usize = BACKENDS.len();
+
+/// The median times of one workload, in seconds, in the order of [`BACKENDS`] (`None`: not run).
+pub type Medians = [Option<f64>; N];
 
 /// The Burn peers `Mlx` is compared against (raw mlx-rs is the overhead bound, not a peer).
 pub const PEERS: [&str; 3] = ["ndarray", "flex", "candle"];
@@ -112,7 +117,7 @@ fn today() -> String {
 }
 
 /// All medians: `times[w][b]` for workload `w` and backend `BACKENDS[b]`.
-fn collect(criterion_dir: &Path, workloads: &[Workload]) -> Vec<[Option<f64>; N]> {
+fn collect(criterion_dir: &Path, workloads: &[Workload]) -> Vec<Medians> {
     workloads
         .iter()
         .map(|w| {
@@ -125,7 +130,7 @@ fn collect(criterion_dir: &Path, workloads: &[Workload]) -> Vec<[Option<f64>; N]
         .collect()
 }
 
-/// Writes `<root>/BENCHMARKS.md` and `<root>/bench/plot.svg` from criterion's estimates.
+/// Writes `<root>/BENCHMARKS.md` and `<root>/benches/plot.svg` from criterion's estimates.
 /// Returns the two paths.
 pub fn write_report(
     root: &Path,
@@ -146,9 +151,9 @@ pub fn write_report(
     writeln!(md, "# Benchmarks\n").unwrap();
     writeln!(
         md,
-        "Written by `cargo bench -p burn-mlx-bench` (the workspace member `bench/`, see \
-         `bench/benches/backends.rs`; `cargo bench -p burn-mlx-bench -- <filter>` runs only the \
-         benchmarks whose id `workload/backend` matches, and does not rewrite this file). Each \
+        "Written by `cargo bench` (the bench target `backends`, see `benches/backends/main.rs`; \
+         `cargo bench -- <filter>` runs only the benchmarks whose id `workload/backend` \
+         matches, and does not rewrite this file). Each \
          number is criterion's median time per run. A run ends when the result is computed: \
          MLX evaluates its lazy graph, and every other backend reads its result back. A cell's \
          ratio is that implementation's time divided by Burn on `Mlx`'s, so above 1.00x means \
@@ -251,7 +256,7 @@ pub fn write_report(
     md.push_str(
         "\n## Plot\n\nTime of each implementation divided by Burn + Mlx's, per workload, on a \
          log scale: a bar to the right of the 1x line means `Mlx` is faster.\n\n\
-         ![Benchmark ratios](bench/plot.svg)\n",
+         ![Benchmark ratios](benches/plot.svg)\n",
     );
     md.push_str(
         "\n## Notes\n\n\
@@ -273,118 +278,18 @@ pub fn write_report(
          GEMMs go to OpenBLAS and are on par with or faster than the peers.\n",
     );
     // The perf breakdown of `scripts/profile_cpu.sh`, when it has been run.
-    if let Ok(profile) = std::fs::read_to_string(root.join("bench").join("cpu_profile.md")) {
+    if let Ok(profile) = std::fs::read_to_string(root.join("benches").join("cpu_profile.md")) {
         md.push('\n');
         md.push_str(&profile);
     }
     // Results measured elsewhere (the NVIDIA run of `examples/gpu_bench.rs`), kept by hand.
-    if let Ok(gpu) = std::fs::read_to_string(root.join("bench").join("nvidia.md")) {
+    if let Ok(gpu) = std::fs::read_to_string(root.join("benches").join("nvidia.md")) {
         md.push('\n');
         md.push_str(&gpu);
     }
     let md_path = root.join("BENCHMARKS.md");
     std::fs::write(&md_path, md)?;
-    let svg_path = root.join("bench").join("plot.svg");
-    std::fs::write(&svg_path, plot_svg(workloads, &times))?;
+    let svg_path = root.join("benches").join("plot.svg");
+    std::fs::write(&svg_path, super::plot::ratio_chart(workloads, &times)?)?;
     Ok((md_path, svg_path))
-}
-
-/// A hand-written SVG: per workload, one horizontal bar per implementation other than `Mlx`,
-/// from the 1x line to `time / time(Mlx)` on a log2 axis clamped to [1/64, 64].
-fn plot_svg(workloads: &[Workload], times: &[[Option<f64>; N]]) -> String {
-    const COLORS: [&str; N] = [
-        "#000000", "#ff7f0e", "#1f77b4", "#2ca02c", "#d62728", "#9467bd",
-    ];
-    let (label_w, plot_w, bar_h, gap) = (430.0, 520.0, 7.0, 8.0);
-    let max_log = 6.0f64; // 2^6 = 64
-    let top = 50.0;
-    let group_h = (N - 1) as f64 * bar_h + gap;
-    let height = top + group_h * workloads.len() as f64 + 40.0;
-    let width = label_w + plot_w + 30.0;
-    let x_of = |ratio: f64| {
-        let l = ratio.log2().clamp(-max_log, max_log);
-        label_w + plot_w / 2.0 + l / max_log * plot_w / 2.0
-    };
-    let mut s = String::new();
-    writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
-    )
-    .unwrap();
-    writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#).unwrap();
-    writeln!(
-        s,
-        r#"<text x="{}" y="16" font-size="13" text-anchor="middle">time / time(Burn + Mlx), log scale (right of 1x: Mlx faster)</text>"#,
-        width / 2.0
-    )
-    .unwrap();
-    // Legend.
-    for (i, (_, title)) in BACKENDS.iter().enumerate().skip(1) {
-        let x = label_w + (i as f64 - 1.0) * 135.0 - 300.0;
-        writeln!(
-            s,
-            r#"<rect x="{x}" y="26" width="10" height="10" fill="{}"/><text x="{}" y="35">{title}</text>"#,
-            COLORS[i],
-            x + 14.0
-        )
-        .unwrap();
-    }
-    // Grid.
-    let bottom = height - 30.0;
-    for e in -6i32..=6 {
-        let r = 2f64.powi(e);
-        let x = x_of(r);
-        let stroke = if e == 0 { "#000" } else { "#ddd" };
-        writeln!(
-            s,
-            r#"<line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" stroke="{stroke}"/>"#
-        )
-        .unwrap();
-        let label = if e >= 0 {
-            format!("{}x", 1u32 << e)
-        } else {
-            format!("1/{}x", 1u32 << (-e))
-        };
-        writeln!(
-            s,
-            r#"<text x="{x}" y="{}" text-anchor="middle">{label}</text>"#,
-            bottom + 14.0
-        )
-        .unwrap();
-    }
-    for (i, (w, row)) in workloads.iter().zip(times).enumerate() {
-        let y0 = top + i as f64 * group_h;
-        writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
-            label_w - 6.0,
-            y0 + (N - 1) as f64 * bar_h / 2.0 + 4.0,
-            xml_escape(&w.label)
-        )
-        .unwrap();
-        let Some(m) = row[0] else { continue };
-        for b in 1..N {
-            let Some(t) = row[b] else { continue };
-            let (x1, x2) = (x_of(1.0), x_of(t / m));
-            let (x, wd) = (x1.min(x2), (x2 - x1).abs().max(1.0));
-            writeln!(
-                s,
-                r#"<rect x="{x:.1}" y="{:.1}" width="{wd:.1}" height="{}" fill="{}"><title>{}: {:.2}x</title></rect>"#,
-                y0 + (b as f64 - 1.0) * bar_h,
-                bar_h - 1.0,
-                COLORS[b],
-                BACKENDS[b].1,
-                t / m
-            )
-            .unwrap();
-        }
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
