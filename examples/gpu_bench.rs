@@ -9,13 +9,16 @@
 //!
 //! Workloads: square matmuls in f32 and bf16 from 1024 to 8192 (Burn + `Mlx` and raw mlx-rs),
 //! and one full training step (forward, backward, Adam) of the MLP, the example CNN and the
-//! small Transformer encoder of `cargo bench -p burn-mlx-bench`, and an elementwise chain op by
+//! small Transformer encoder of `cargo bench` (`benches/backends/`), and an elementwise chain op by
 //! op, compiled with `burn_mlx::compile_float`, and in raw mlx-rs. Each line prints the median
 //! over timed runs after a warm-up, and `--json FILE` writes the same numbers for
 //! `scripts/gpu_reference.py`, which measures MLX's Python API and PyTorch eager on the same
 //! workloads and prints the comparison table.
 
 extern crate burn_core as burn;
+
+#[path = "common/device_flag.rs"]
+mod device_flag;
 
 use burn::module::{AutodiffModule, Module};
 use burn_autodiff::Autodiff;
@@ -28,6 +31,9 @@ use burn_nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Distribution, Int, Tensor, TensorData};
+use clap::Parser;
+use device_flag::DeviceFlag;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 type AD = Autodiff<Mlx>;
@@ -80,7 +86,7 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-/// The example CNN of `examples/train.rs`: two 3×3 conv + ReLU + 2×2 max-pool stages, then two
+/// The example CNN of `examples/train/model.rs`: two 3×3 conv + ReLU + 2×2 max-pool stages, then two
 /// linear layers.
 #[derive(Module, Debug)]
 struct Cnn<B: Backend> {
@@ -149,56 +155,60 @@ struct Line {
     secs: f64,
 }
 
+/// Speed of Burn + Mlx on the GPU against raw mlx-rs (median ms per run of each workload).
+#[derive(Debug, Parser)]
+#[command(name = "gpu_bench")]
 struct Args {
-    device: MlxDevice,
-    sizes: Vec<usize>,
+    /// MLX device.
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Gpu)]
+    device: DeviceFlag,
+    /// Small sizes and short timings (matmuls 256 and 512, a 1M-element chain, 0.2 s per
+    /// workload), as a check that everything runs.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the numbers as JSON to FILE (for `scripts/gpu_reference.py`).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// How much each workload measures: the full run or `--quick`'s.
+struct Sizes {
+    /// Sides of the square matmuls.
+    matmul: Vec<usize>,
+    /// Time budget of each workload's timed runs.
     budget: Duration,
-    json: Option<String>,
     /// Elements of the elementwise-chain workload.
     chain_len: usize,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        device: MlxDevice::Gpu,
-        sizes: vec![1024, 2048, 4096, 8192],
-        budget: Duration::from_secs(2),
-        json: None,
-        chain_len: 16_000_000,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--device" => {
-                args.device = match it.next().as_deref() {
-                    Some("gpu") => MlxDevice::Gpu,
-                    Some("cpu") => MlxDevice::Cpu,
-                    other => return Err(format!("--device takes cpu or gpu, not {other:?}")),
-                }
+impl Sizes {
+    /// The sizes of a full run, or with `quick` of a short check.
+    fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                matmul: vec![256, 512],
+                budget: Duration::from_millis(200),
+                chain_len: 1_000_000,
             }
-            "--quick" => {
-                args.sizes = vec![256, 512];
-                args.budget = Duration::from_millis(200);
-                args.chain_len = 1_000_000;
+        } else {
+            Sizes {
+                matmul: vec![1024, 2048, 4096, 8192],
+                budget: Duration::from_secs(2),
+                chain_len: 16_000_000,
             }
-            "--json" => args.json = Some(it.next().ok_or("--json takes a file name")?),
-            other => return Err(format!("unknown argument {other:?}; see the file's header")),
         }
     }
-    Ok(args)
 }
 
 fn main() {
-    let args = parse_args().unwrap_or_else(|e| {
-        eprintln!("gpu_bench: {e}");
-        std::process::exit(2);
-    });
-    if let Err(e) = args.device.check() {
+    let args = Args::parse();
+    let device = MlxDevice::from(args.device);
+    if let Err(e) = device.check() {
         eprintln!("gpu_bench: {e}");
         std::process::exit(1);
     }
-    let device = args.device;
-    let budget = args.budget;
+    let sizes = Sizes::new(args.quick);
+    let budget = sizes.budget;
     let mut lines: Vec<Line> = Vec::new();
     let mut push = |workload: String, implementation: &'static str, secs: f64| {
         println!(
@@ -221,7 +231,7 @@ fn main() {
         (DType::F32, mlx_rs::Dtype::Float32, "f32"),
         (DType::BF16, mlx_rs::Dtype::Bfloat16, "bf16"),
     ] {
-        for &n in &args.sizes {
+        for &n in &sizes.matmul {
             let name = format!("matmul {label} {n}");
             let a = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
             let b = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
@@ -253,7 +263,7 @@ fn main() {
 
     // An elementwise chain, op by op (lazy, one kernel per op), compiled by MLX
     // (`burn_mlx::compile_float`: fused), and in raw mlx-rs.
-    let n = args.chain_len;
+    let n = sizes.chain_len;
     let name = format!("chain exp(x*0.5+1)*x {n}");
     let x = Tensor::<Mlx, 1>::random([n], Distribution::Default, &device);
     force(x.clone());
@@ -328,7 +338,7 @@ fn main() {
             .collect();
         let text = format!("[\n{}\n]\n", body.join(",\n"));
         if let Err(e) = std::fs::write(&path, text) {
-            eprintln!("gpu_bench: cannot write {path}: {e}");
+            eprintln!("gpu_bench: cannot write {}: {e}", path.display());
             std::process::exit(1);
         }
     }
