@@ -334,6 +334,9 @@ pub fn openblas_lib(dest: &Path) -> PathBuf {
     dest.join("scipy_openblas32/lib/libscipy_openblas.so")
 }
 
+/// Work done on a cache entry in place, given the entry and the log (see [`cached_wheel`]).
+pub type Then<'a> = &'a mut dyn FnMut(&Path, &mut dyn FnMut(&str)) -> Result<(), String>;
+
 /// Returns the cache entry (`<root>/<package>-<version>`) of `wheel`, downloading, verifying and
 /// unpacking it when the cache has no complete, sound copy. `check` validates an unpacked copy.
 /// Notes for the user go to `log`. `then` runs on the entry while the lock is held (or without
@@ -344,7 +347,7 @@ pub fn cached_wheel(
     python: &OsStr,
     check: Check,
     log: &mut dyn FnMut(&str),
-    then: &mut dyn FnMut(&Path, &mut dyn FnMut(&str)) -> Result<(), String>,
+    then: Then,
 ) -> Result<PathBuf, String> {
     let name = wheel.entry();
     let dest = root.join(&name);
