@@ -44,10 +44,10 @@ impl Backend for Mlx {
         // Ops are lazy and every read evaluates what it needs; waiting for the device's queue
         // finishes any evaluation another thread started. A device MLX lacks is an error.
         device.check().map_err(ExecutionError::from)?;
-        crate::compile::check_not_tracing("sync").map_err(ExecutionError::from)?;
+        crate::trace::check_not_tracing("sync").map_err(ExecutionError::from)?;
         let _guard = crate::tensor::eval_lock();
         crate::ffi::synchronize().map_err(ExecutionError::from)?;
-        crate::ffi::after_eval(*device);
+        device.after_eval();
         Ok(())
     }
 

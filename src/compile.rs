@@ -24,49 +24,13 @@
 //! MLX runs the traced graph unfused (still correct). On Metal and CUDA, MLX generates GPU
 //! kernels itself.
 
+use crate::trace::{check_not_tracing, TraceGuard};
 use crate::{Mlx, MlxDevice, MlxError, MlxTensor};
 use burn_tensor::{Tensor, TensorPrimitive};
 use mlx_rs::error::Exception;
 use mlx_rs::Array;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-
-thread_local! {
-    /// Set while MLX traces a compiled function on this thread.
-    static TRACING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Fails with a clear error when `op` (an evaluation or data read) is called inside a function
-/// that is being compiled: MLX cannot compute values while tracing, and the evaluation lock is
-/// already held by the compiled call.
-pub(crate) fn check_not_tracing(op: &str) -> Result<(), MlxError> {
-    if TRACING.with(Cell::get) {
-        return Err(MlxError::Mlx {
-            op: op.into(),
-            message: "values cannot be read or evaluated inside a function passed to \
-                      burn_mlx::compile / compile_float; return the tensor from the function and \
-                      evaluate the result instead"
-                .into(),
-        });
-    }
-    Ok(())
-}
-
-/// Restores `TRACING` when a trace ends, also by a panic.
-struct TraceGuard(bool);
-
-impl TraceGuard {
-    fn enter() -> Self {
-        TraceGuard(TRACING.with(|t| t.replace(true)))
-    }
-}
-
-impl Drop for TraceGuard {
-    fn drop(&mut self) {
-        let previous = self.0;
-        TRACING.with(|t| t.set(previous));
-    }
-}
 
 type ArrayFn = Box<dyn for<'a> FnMut(&'a [Array]) -> Result<Vec<Array>, Exception>>;
 

@@ -67,6 +67,14 @@ impl MlxDevice {
             .unwrap_or_else(|e| panic!("burn-mlx: no MLX stream for {self:?}: {e}"))
     }
 
+    /// Bookkeeping after an evaluation on this device (the GPU exit guard, see
+    /// `ffi::after_gpu_eval`).
+    pub(crate) fn after_eval(&self) {
+        if *self == MlxDevice::Gpu {
+            crate::ffi::after_gpu_eval();
+        }
+    }
+
     /// Runs `f` with this device's stream as the default for MLX ops on this thread.
     ///
     /// Ops on the process-wide default device skip the thread-local switch.

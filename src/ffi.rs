@@ -18,15 +18,16 @@ pub(crate) fn init() {
     });
 }
 
-/// Called after each evaluation: GPU evaluations number 1, 2, 4, 8, … (re)install the exit guard.
+/// Called after each GPU evaluation (through `MlxDevice::after_eval`): GPU evaluations number
+/// 1, 2, 4, 8, … (re)install the exit guard.
 ///
 /// Exit handlers run in reverse order of registration, and MLX creates CUDA objects lazily (the
 /// first convolution, the first attention, …), so the guard is registered again at growing
 /// intervals to stay behind the objects created since: a handful of registrations per process.
-pub(crate) fn after_eval(device: crate::MlxDevice) {
+pub(crate) fn after_gpu_eval() {
     use std::sync::atomic::{AtomicU64, Ordering};
     static GPU_EVALS: AtomicU64 = AtomicU64::new(0);
-    if device == crate::MlxDevice::Gpu && cfg!(not(target_os = "macos")) {
+    if cfg!(not(target_os = "macos")) {
         let n = GPU_EVALS.fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_power_of_two() {
             install_exit_guard();

@@ -27,6 +27,7 @@ mod error;
 pub(crate) mod ffi;
 mod ops;
 mod tensor;
+mod trace;
 
 pub use api::{MlxElement, MlxOps};
 pub use backend::Mlx;

@@ -148,10 +148,10 @@ impl MlxTensor {
 
     /// Computes the pending graph of this tensor.
     pub fn eval(&self) -> Result<(), MlxError> {
-        crate::compile::check_not_tracing("eval")?;
+        crate::trace::check_not_tracing("eval")?;
         let _guard = eval_lock();
         self.array.eval().map_err(|e| MlxError::mlx("eval", e))?;
-        crate::ffi::after_eval(self.device);
+        self.device.after_eval();
         Ok(())
     }
 
@@ -195,7 +195,7 @@ impl MlxTensor {
 
     /// Evaluates the tensor and copies its values into Burn's `TensorData`.
     pub fn to_data(&self) -> Result<TensorData, MlxError> {
-        crate::compile::check_not_tracing("into_data")?;
+        crate::trace::check_not_tracing("into_data")?;
         let dims = self.dims();
         let dtype = self.array.dtype();
         let burn_dtype = from_mlx(dtype);
@@ -212,7 +212,7 @@ impl MlxTensor {
         contiguous
             .eval()
             .map_err(|e| MlxError::mlx("into_data", e))?;
-        crate::ffi::after_eval(self.device);
+        self.device.after_eval();
         let bytes = match dtype {
             Dtype::Bool => raw_bytes(contiguous.try_as_slice::<bool>()),
             Dtype::Uint8 => raw_bytes(contiguous.try_as_slice::<u8>()),

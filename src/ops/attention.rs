@@ -5,7 +5,7 @@
 //! `-inf`. Rows whose every score is masked give zeros, as Burn's reference implementation
 //! does (a plain softmax would give NaN).
 
-use super::{float_const, run, Res};
+use super::common::{float_const, run, Res};
 use crate::MlxTensor;
 use burn_backend::ops::AttentionModuleOptions;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};

@@ -4,7 +4,7 @@
 //! MLX's are channels-last (`[N, spatial..., C]`, weights `[O, k..., I/groups]`). The input and
 //! weight are transposed on the way in and the output on the way out.
 
-use super::{channels_first, channels_last, ints, run, Res};
+use super::common::{channels_first, channels_last, ints, run, Res};
 use crate::MlxTensor;
 use burn_backend::ops::ConvTransposeOptions;
 use mlx_rs::{ops, Array, Dtype};

@@ -9,7 +9,7 @@
 //! the input gradient scatter-adds the column gradient to the four bilinear corners, and the
 //! offset and mask gradients reduce over the channels of each offset group.
 
-use super::{float_const, run_many, Res};
+use super::common::{float_const, run_many, Res};
 use crate::{Mlx, MlxTensor};
 use burn_backend::ops::conv::calculate_conv_output_size;
 use burn_backend::ops::{DeformConv2dBackward, DeformConvOptions};

@@ -3,7 +3,7 @@
 //! MLX computes FFTs in single precision (`complex64`); other float dtypes are converted to f32
 //! and the results back to the input's dtype.
 
-use super::{run_many, Res};
+use super::common::{run_many, Res};
 use crate::MlxTensor;
 use mlx_rs::{complex64, Array, Dtype};
 

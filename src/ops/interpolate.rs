@@ -5,7 +5,7 @@
 //! backward pass is the transposed map, `grad_x = Mhᵀ · grad · Mw`. Nearest's forward pass is a
 //! gather instead.
 
-use super::{float_const, int_const, ints, run, Res};
+use super::common::{float_const, int_const, ints, run, Res};
 use crate::MlxTensor;
 use burn_backend::ops::{InterpolateMode, InterpolateOptions};
 use mlx_rs::Array;

@@ -5,8 +5,8 @@
 //! of the maximum in the flattened `H * W` plane of the unpadded input. The backward passes
 //! scatter-add the output gradient into the input's shape.
 
+use super::common::{float_const, int_const, ints, run, run_many, Failure, Res};
 use super::interpolate::{separable, separable_transposed};
-use super::{float_const, int_const, ints, run, run_many, Failure, Res};
 use crate::dtype::int_mlx;
 use crate::{Mlx, MlxTensor};
 use burn_backend::get_device_settings;
