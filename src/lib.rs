@@ -29,15 +29,16 @@ mod ops;
 mod tensor;
 mod trace;
 
-pub use api::{MlxElement, MlxOps};
+pub use api::{MlxElement, MlxOps, MlxTyped};
 pub use backend::Mlx;
 pub use compile::{compile, compile_float, Compiled, CompiledFloat};
 pub use device::MlxDevice;
 pub use error::MlxError;
 pub use ffi::memory_stats;
-pub use tensor::MlxTensor;
+pub use tensor::{Dynamic, MlxTensor};
 
-/// The types most programs need.
+/// The types most programs need, and the traits of the low-level API ([`MlxOps`] for the
+/// dynamic `MlxTensor`, [`MlxTyped`] for the typed `MlxTensor<E>`).
 pub mod prelude {
-    pub use crate::{Mlx, MlxDevice, MlxError, MlxOps, MlxTensor};
+    pub use crate::{Mlx, MlxDevice, MlxError, MlxOps, MlxTensor, MlxTyped};
 }

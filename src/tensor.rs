@@ -7,18 +7,73 @@ use burn_backend::quantization::QuantScheme;
 use burn_backend::{DType, QTensorPrimitive, Scalar, Shape, TensorData, TensorMetadata};
 use mlx_rs::{Array, Dtype};
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A lazily evaluated MLX array, used by Burn for float, int, bool and quantized tensors.
 ///
-/// The element type is the array's own dtype. Operations only build MLX's graph; the values are
-/// computed when data leaves MLX ([`MlxTensor::to_vec`], `into_data`), on [`MlxTensor::eval`], or
-/// when Burn needs a shape that depends on the data.
-#[derive(Clone)]
-pub struct MlxTensor {
+/// Operations only build MLX's graph; the values are computed when data leaves MLX (`to_vec`,
+/// `into_data`), on [`MlxTensor::eval`], or when Burn needs a shape that depends on the data.
+///
+/// The type comes in two forms over the same array:
+/// - `MlxTensor`, that is `MlxTensor<`[`Dynamic`]`>`, is Burn's tensor primitive. Its element
+///   type is the array's dtype, known at run time, and its ops return `Result`s (see
+///   [`MlxOps`](crate::MlxOps)).
+/// - `MlxTensor<E>` for an [`MlxElement`](crate::MlxElement) `E` such as `f32` is typed, as the
+///   earlier burn-mlx crate's `MlxTensor<E>` was, and code written for that crate compiles
+///   once [`MlxTyped`](crate::MlxTyped) is in scope (it is in the prelude). Its ops return the
+///   tensor and panic on errors, with a message naming the op, shapes, element types and
+///   device, as Burn's `Tensor` does; evaluation and reads return `Result`s.
+///
+/// ```
+/// use burn_mlx::prelude::*;
+///
+/// let device = MlxDevice::Cpu;
+/// let a = MlxTensor::<f32>::ones(&[64, 64], device);
+/// let b = MlxTensor::<f32>::ones(&[64, 64], device);
+/// let c = a.matmul(&b);
+/// let d = c.relu();
+/// let e = d.softmax();
+/// e.eval().expect("evaluation failed");
+/// assert!(e.to_vec().unwrap().iter().all(|&v| (v - 1.0 / 64.0).abs() < 1e-6));
+///
+/// // The same values in the dynamic, Result-returning form, and back.
+/// let dynamic: MlxTensor = e.into_dynamic();
+/// let total = (&dynamic).sum()?.to_vec::<f32>()?;
+/// assert!((total[0] - 64.0).abs() < 1e-3);
+/// let typed = MlxTensor::<f32>::try_from_dynamic(dynamic)?;
+/// assert_eq!(typed.shape(), vec![64, 64]);
+/// # Ok::<(), MlxError>(())
+/// ```
+///
+/// Why one type with a defaulted parameter, and why the typed constructors are trait items: see
+/// [`MlxTyped`](crate::MlxTyped).
+pub struct MlxTensor<E = Dynamic> {
     pub(crate) array: Array,
     pub(crate) device: MlxDevice,
     pub(crate) quant: Option<Arc<QuantParams>>,
+    /// The element type (`Dynamic`: the array's own). `fn() -> E` keeps `Send`/`Sync` and
+    /// auto traits independent of `E`.
+    pub(crate) elem: PhantomData<fn() -> E>,
+}
+
+/// The element-type parameter of the dynamic [`MlxTensor`]: the element type is the MLX array's
+/// own dtype, known only at run time. `MlxTensor` without a parameter means
+/// `MlxTensor<Dynamic>`.
+///
+/// It has no values; it only marks the type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dynamic {}
+
+impl<E> Clone for MlxTensor<E> {
+    fn clone(&self) -> Self {
+        Self {
+            array: self.array.clone(),
+            device: self.device,
+            quant: self.quant.clone(),
+            elem: PhantomData,
+        }
+    }
 }
 
 /// What a quantized tensor carries besides its quantized values.
@@ -37,14 +92,15 @@ pub(crate) struct QuantParams {
     pub per_element: bool,
 }
 
-// SAFETY (Sync): an `MlxTensor` owns a reference-counted handle to an immutable MLX array node
-// (mlx-rs already declares `Array: Send`). Shared access only reads the node's shape and dtype,
-// which never change, or clones the handle (an atomic reference count), or builds new graph nodes
-// that point at it. The one mutation MLX performs on a node is evaluation, which fills in its data
-// and detaches its inputs; burn-mlx performs every evaluation and every data read while holding
-// `EVAL_LOCK` (see `MlxTensor::eval` and `into_data`), so two threads never evaluate concurrently.
-// The multi-threaded stress test in tests/threads.rs exercises this.
-unsafe impl Sync for MlxTensor {}
+// SAFETY (Sync): an `MlxTensor`, whatever its element-type marker `E` (a `PhantomData<fn() -> E>`
+// that holds no value and is itself `Send + Sync`), owns a reference-counted handle to an immutable
+// MLX array node (mlx-rs already declares `Array: Send`). Shared access only reads the node's shape
+// and dtype, which never change, or clones the handle (an atomic reference count), or builds new
+// graph nodes that point at it. The one mutation MLX performs on a node is evaluation, which fills
+// in its data and detaches its inputs; burn-mlx performs every evaluation and every data read while
+// holding `EVAL_LOCK` (see `MlxTensor::eval` and `into_data`), so two threads never evaluate
+// concurrently. The multi-threaded stress test in tests/threads.rs exercises this.
+unsafe impl<E> Sync for MlxTensor<E> {}
 
 // SAFETY: the same argument as for `MlxTensor`: the scales array is immutable once built, and
 // evaluating it happens under `EVAL_LOCK`.
@@ -60,7 +116,7 @@ pub(crate) fn eval_lock() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl fmt::Debug for MlxTensor {
+impl<E> fmt::Debug for MlxTensor<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MlxTensor")
             .field("shape", &self.array.shape())
@@ -98,24 +154,10 @@ impl QTensorPrimitive for MlxTensor {
     }
 }
 
-impl MlxTensor {
-    /// Wraps an MLX array that lives on `device`.
-    ///
-    /// # Panics
-    ///
-    /// On the CPU, when the array needs more bytes than the machine's memory and swap hold:
-    /// MLX's CPU allocator does not report such a failure, and computing the array would crash.
-    pub fn from_array(array: Array, device: MlxDevice) -> Self {
-        if let Err(e) = check_alloc(&array, device, "allocate") {
-            panic!("burn-mlx: {e}");
-        }
-        Self {
-            array,
-            device,
-            quant: None,
-        }
-    }
-
+/// What dynamic and typed tensors share: the array, device, shape and evaluation. These are
+/// defined once for every element-type marker, so that paths such as `MlxTensor::eval(&t)` name
+/// one function (a second `eval` in another impl would make such paths ambiguous).
+impl<E> MlxTensor<E> {
     /// The wrapped MLX array.
     pub fn array(&self) -> &Array {
         &self.array
@@ -141,11 +183,6 @@ impl MlxTensor {
         self.array.dtype()
     }
 
-    /// A tensor with the same device whose array is `array`.
-    pub(crate) fn with(&self, array: Array) -> Self {
-        Self::from_array(array, self.device)
-    }
-
     /// Computes the pending graph of this tensor.
     pub fn eval(&self) -> Result<(), MlxError> {
         crate::trace::check_not_tracing("eval")?;
@@ -153,6 +190,41 @@ impl MlxTensor {
         self.array.eval().map_err(|e| MlxError::mlx("eval", e))?;
         self.device.after_eval();
         Ok(())
+    }
+
+    /// The same array with another element-type marker (no check: callers check the dtype).
+    pub(crate) fn retag<F>(self) -> MlxTensor<F> {
+        MlxTensor {
+            array: self.array,
+            device: self.device,
+            quant: self.quant,
+            elem: PhantomData,
+        }
+    }
+}
+
+impl MlxTensor {
+    /// Wraps an MLX array that lives on `device`.
+    ///
+    /// # Panics
+    ///
+    /// On the CPU, when the array needs more bytes than the machine's memory and swap hold:
+    /// MLX's CPU allocator does not report such a failure, and computing the array would crash.
+    pub fn from_array(array: Array, device: MlxDevice) -> Self {
+        if let Err(e) = check_alloc(&array, device, "allocate") {
+            panic!("burn-mlx: {e}");
+        }
+        Self {
+            array,
+            device,
+            quant: None,
+            elem: PhantomData,
+        }
+    }
+
+    /// A tensor with the same device whose array is `array`.
+    pub(crate) fn with(&self, array: Array) -> Self {
+        Self::from_array(array, self.device)
     }
 
     /// Builds a tensor from Burn's `TensorData` (the bytes are copied into MLX).

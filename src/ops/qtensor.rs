@@ -323,6 +323,7 @@ impl QTensorOps<Self> for Mlx {
                 scales,
                 per_element: false,
             })),
+            elem: std::marker::PhantomData,
         }
     }
 
@@ -385,6 +386,7 @@ impl QTensorOps<Self> for Mlx {
                 scales,
                 per_element: false,
             })),
+            elem: std::marker::PhantomData,
         }
     }
 
