@@ -1,25 +1,34 @@
 //! Differential fuzzing: random programs of tensor ops run on burn-mlx and on burn-ndarray from
 //! identical inputs, every intermediate result compared with a tolerance.
 //!
-//! A program is drawn from a seed: a rank-3 input of random shape, then 3–8 ops among
+//! Programs are drawn by proptest strategies: a rank-3 input of random shape, then 3–8 ops among
 //! elementwise unary ops, broadcasting binary ops, reductions (keeping the rank), reshapes,
-//! permutes, strided slices, batched matmul, cat, comparisons + `mask_where`, and softmax.
-//! Shape-dependent parameters are resolved against the current shape, identically on both sides.
+//! permutes, strided slices, batched matmul, cat, comparisons + `mask_where`, and softmax, and how
+//! far into the harness's input stream the values start. Shape-dependent parameters are drawn as
+//! raw numbers and resolved against the current shape, identically on both sides. When a program
+//! fails, proptest shrinks it (fewer ops, simpler ops, smaller shapes and parameters) and the
+//! failure shows the smallest failing program with the command that replays the run.
 //!
 //! `cargo test --test fuzz` runs a CI-sized number of cases. Environment:
-//! - `BURN_MLX_FUZZ_CASES=N`: run N cases (default 2000, well under a second);
-//! - `BURN_MLX_FUZZ_SECONDS=S`: keep going until S seconds have passed (overrides the count);
-//! - `BURN_MLX_FUZZ_SEED=X`: first seed (default 1); a failure report names the seed to replay.
+//! - `BURN_MLX_FUZZ_CASES=N`: run N cases (default 2000, about a second in a debug build);
+//! - `BURN_MLX_FUZZ_SECONDS=S`: keep going until S seconds have passed, in batches of
+//!   `BATCH` cases whose seeds count up from the first (overrides the count);
+//! - `BURN_MLX_FUZZ_SEED=X`: the seed of proptest's RNG (ChaCha; default 1). A seed and a case
+//!   count always give the same programs, so a failure report names both to replay it.
 #[macro_use]
 mod common;
 
 use burn_tensor::backend::Backend;
 use burn_tensor::{activation, DType, Slice, Tensor, TensorData};
 use common::*;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use std::time::{Duration, Instant};
 
 /// One op of a program, with raw random parameters resolved against the current shape.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Op {
     Exp,
     Tanh,
@@ -51,59 +60,61 @@ enum Op {
     Clamp,
 }
 
-fn draw_op(rng: &mut Rng) -> Op {
-    let p = rng.next_u64();
-    match rng.int(0, 28) {
-        0 => Op::Exp,
-        1 => Op::Tanh,
-        2 => Op::Sigmoid,
-        3 => Op::Abs,
-        4 => Op::Relu,
-        5 => Op::SqrtAbs,
-        6 => Op::Log1pAbs,
-        7 => Op::Square,
-        8 => Op::AddScalar(rng.uniform(-2.0, 2.0) as f32),
-        9 => Op::MulScalar(rng.uniform(-2.0, 2.0) as f32),
-        10 => Op::Add(p),
-        11 => Op::Sub(p),
-        12 => Op::Mul(p),
-        13 => Op::Div(p),
-        14 => Op::MaxPair(p),
-        15 => Op::MinPair(p),
-        16 => Op::SumDim(p),
-        17 => Op::MeanDim(p),
-        18 => Op::MaxDim(p),
-        19 => Op::MinDim(p),
-        20 => Op::Reshape(p),
-        21 => Op::Permute(p),
-        22 => Op::Slice(p),
-        23 => Op::Matmul(p),
-        24 => Op::Cat(p),
-        25 => Op::MaskWhere(p),
-        26 => Op::Softmax(p),
-        _ => Op::Clamp,
-    }
+/// Draws one op. Parameters that depend on the current shape are raw `u64`s (see [`apply`]).
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let p = || any::<u64>();
+    let v = || -2.0f32..2.0;
+    // Simpler ops first: proptest shrinks a failing op towards the earlier alternatives.
+    prop_oneof![
+        Just(Op::Exp),
+        Just(Op::Tanh),
+        Just(Op::Sigmoid),
+        Just(Op::Abs),
+        Just(Op::Relu),
+        Just(Op::SqrtAbs),
+        Just(Op::Log1pAbs),
+        Just(Op::Square),
+        Just(Op::Clamp),
+        v().prop_map(Op::AddScalar),
+        v().prop_map(Op::MulScalar),
+        p().prop_map(Op::Add),
+        p().prop_map(Op::Sub),
+        p().prop_map(Op::Mul),
+        p().prop_map(Op::Div),
+        p().prop_map(Op::MaxPair),
+        p().prop_map(Op::MinPair),
+        p().prop_map(Op::SumDim),
+        p().prop_map(Op::MeanDim),
+        p().prop_map(Op::MaxDim),
+        p().prop_map(Op::MinDim),
+        p().prop_map(Op::Reshape),
+        p().prop_map(Op::Permute),
+        p().prop_map(Op::Slice),
+        p().prop_map(Op::Matmul),
+        p().prop_map(Op::Cat),
+        p().prop_map(Op::MaskWhere),
+        p().prop_map(Op::Softmax),
+    ]
 }
 
-/// A program: the input shape and its ops.
-#[derive(Clone, Debug)]
+/// A program: the input shape, where its values start, and its ops.
+#[derive(Clone, Debug, PartialEq)]
 struct Program {
     shape: [usize; 3],
+    /// How many seeds of the harness's input stream ([`Ctx::seed`]) to skip before drawing the
+    /// inputs, so that programs see different values.
+    skip: u8,
     ops: Vec<Op>,
 }
 
-fn program(seed: u64) -> Program {
-    let mut rng = Rng::new(seed);
-    let shape = [
-        rng.int(1, 5) as usize,
-        rng.int(1, 6) as usize,
-        rng.int(1, 6) as usize,
-    ];
-    let n = rng.int(3, 9) as usize;
-    Program {
-        shape,
-        ops: (0..n).map(|_| draw_op(&mut rng)).collect(),
-    }
+/// Draws programs: dimensions 1–4 × 1–5 × 1–5 and 3–8 ops.
+fn program_strategy() -> impl Strategy<Value = Program> {
+    (
+        [1usize..5, 1usize..6, 1usize..6],
+        0u8..64,
+        vec(op_strategy(), 3..9),
+    )
+        .prop_map(|(shape, skip, ops)| Program { shape, skip, ops })
 }
 
 /// The shape of a second operand that broadcasts onto `dims` (some dims set to 1).
@@ -211,13 +222,16 @@ fn apply<B: Backend>(ctx: &Ctx<B>, x: Tensor<B, 3>, op: Op) -> Tensor<B, 3> {
     }
 }
 
-/// One fuzz case: a program and its inputs, drawn from the seed.
-struct FuzzCase {
-    prog: Program,
+/// One fuzz case: a program, run on each side.
+struct FuzzCase<'a> {
+    prog: &'a Program,
 }
 
-impl Case for FuzzCase {
+impl Case for FuzzCase<'_> {
     fn run<B: Backend>(&self, ctx: &Ctx<B>) -> Vec<TensorData> {
+        for _ in 0..self.prog.skip {
+            ctx.seed();
+        }
         let mut x = ctx.f(self.prog.shape, (-2.0, 2.0));
         let mut out = vec![x.clone().into_data()];
         for &op in &self.prog.ops {
@@ -238,33 +252,129 @@ const FUZZ_TOL: Tol = Tol {
     atol: 1e-3,
 };
 
+/// Cases per run of the runner under `BURN_MLX_FUZZ_SECONDS`.
+const BATCH: u32 = 500;
+
+/// Runs a program on both backends and compares every intermediate (tests/common's harness).
+fn check_program(prog: &Program) -> Result<(), TestCaseError> {
+    let mut f = Failures::new("fuzz_op_programs");
+    f.check(
+        &FuzzCase { prog },
+        "program",
+        DType::F32,
+        DType::I64,
+        FUZZ_TOL,
+    );
+    // `finish` panics with the differences; proptest catches the panic as this case's failure.
+    f.finish();
+    Ok(())
+}
+
+/// Proptest's RNG for `seed`: ChaCha, whose sequence proptest keeps the same across systems and
+/// versions.
+fn rng_for(seed: u64) -> TestRng {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    bytes[8..16].copy_from_slice(b"burn-mlx");
+    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
+}
+
+/// Runs `cases` programs drawn with `seed` through `check`. On a failure, the error holds the
+/// smallest failing program proptest found, its failure, and the command that replays the run.
+fn run_programs(
+    seed: u64,
+    cases: u32,
+    check: impl Fn(&Program) -> Result<(), TestCaseError>,
+) -> Result<(), String> {
+    let config = Config {
+        cases,
+        // Replays come from the seed; nothing is written next to the sources.
+        failure_persistence: None,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        // Bounds the time spent shrinking a failure (each step runs both backends).
+        max_shrink_iters: 2048,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(config, rng_for(seed));
+    match runner.run(&program_strategy(), |prog| check(&prog)) {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(reason, smallest)) => Err(format!(
+            "a program failed; the smallest failing program found is\n  {smallest:?}\nwith: \
+             {reason}\nReplay: BURN_MLX_FUZZ_SEED={seed} BURN_MLX_FUZZ_CASES={cases} cargo test \
+             --test fuzz"
+        )),
+        Err(TestError::Abort(reason)) => Err(format!(
+            "proptest stopped: {reason} (BURN_MLX_FUZZ_SEED={seed} BURN_MLX_FUZZ_CASES={cases})"
+        )),
+    }
+}
+
 #[test]
 fn fuzz_op_programs() {
     let first = env_u64("BURN_MLX_FUZZ_SEED").unwrap_or(1);
     let cases = env_u64("BURN_MLX_FUZZ_CASES").unwrap_or(2000);
+    let cases = u32::try_from(cases).unwrap_or(u32::MAX);
     let deadline =
         env_u64("BURN_MLX_FUZZ_SECONDS").map(|s| Instant::now() + Duration::from_secs(s));
     let start = Instant::now();
-    let mut f = Failures::new("fuzz_op_programs");
-    let mut run = 0u64;
-    let mut seed = first;
+    let (mut seed, mut run) = (first, 0u64);
     loop {
-        let done = match deadline {
-            Some(t) => Instant::now() >= t,
-            None => run >= cases,
-        };
-        if done {
-            break;
+        let n = if deadline.is_some() { BATCH } else { cases };
+        if let Err(e) = run_programs(seed, n, check_program) {
+            panic!("fuzz_op_programs: {e}");
         }
-        let prog = program(seed);
-        let label = format!("seed {seed}: {prog:?}");
-        f.check(&FuzzCase { prog }, &label, DType::F32, DType::I64, FUZZ_TOL);
-        run += 1;
+        run += n as u64;
         seed += 1;
+        match deadline {
+            Some(t) if Instant::now() < t => {}
+            _ => break,
+        }
     }
     eprintln!(
         "fuzz: {run} cases (seeds {first}..{seed}) in {:.1} s",
         start.elapsed().as_secs_f64()
     );
-    f.finish();
+}
+
+/// A seed gives the same programs every time, and another seed other programs: what makes a
+/// reported seed replayable.
+#[test]
+fn programs_are_reproducible_from_the_seed() {
+    let draw = |seed: u64| {
+        let mut runner = TestRunner::new_with_rng(Config::default(), rng_for(seed));
+        (0..20)
+            .map(|_| {
+                program_strategy()
+                    .new_tree(&mut runner)
+                    .expect("a program")
+                    .current()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(draw(7), draw(7));
+    assert_ne!(draw(7), draw(8));
+}
+
+/// A failing property is reported with a shrunk program and the replay command (here a stand-in
+/// property, so that the check does not depend on a backend bug): every program with a matmul
+/// fails, and the smallest such program is a matmul among ops that shrank to the simplest one.
+#[test]
+fn failures_name_the_smallest_program_and_the_replay() {
+    let err = run_programs(3, 500, |prog| {
+        if prog.ops.iter().any(|op| matches!(op, Op::Matmul(_))) {
+            Err(TestCaseError::fail("has a matmul"))
+        } else {
+            Ok(())
+        }
+    })
+    .expect_err("500 programs include a matmul");
+    assert!(
+        err.contains("Replay: BURN_MLX_FUZZ_SEED=3 BURN_MLX_FUZZ_CASES=500")
+            && err.contains("has a matmul"),
+        "{err}"
+    );
+    let smallest = "shape: [1, 1, 1], skip: 0, ops: [";
+    assert!(err.contains(smallest), "not shrunk: {err}");
+    assert_eq!(err.matches("Matmul(0)").count(), 1, "{err}");
+    assert_eq!(err.matches("Exp").count(), 2, "{err}");
 }
