@@ -3,7 +3,7 @@
 //! any result is wrong.
 
 use burn_autodiff::Autodiff;
-use burn_mlx::{Mlx, MlxDevice, MlxOps, MlxTensor};
+use burn_mlx::{Mlx, MlxDevice, MlxOps, MlxTensor, MlxTyped};
 use burn_tensor::{Tensor, TensorData};
 
 type B = Autodiff<Mlx>;
@@ -47,6 +47,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let values: Vec<f32> = s.to_vec()?;
     check("softmax row", &values[..4], &[1.0 / 64.0; 4])?;
     println!("MlxTensor: 64x64 matmul -> relu -> softmax, row sums to 1");
+
+    // The older burn-mlx crate's typed form.
+    let a = MlxTensor::<f32>::ones(&[64, 64], device);
+    let b = MlxTensor::<f32>::ones(&[64, 64], device);
+    let c = a.matmul(&b);
+    let d = c.relu();
+    let e = d.softmax();
+    e.eval()?;
+    check("typed softmax row", &e.to_vec()?[..4], &[1.0 / 64.0; 4])?;
+    println!("MlxTensor::<f32>: the older crate's form gives the same result");
     Ok(())
 }
 
