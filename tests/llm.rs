@@ -233,6 +233,58 @@ fn half_precision_on_mlx_is_close() {
     }
 }
 
+/// bf16 and f16 checkpoints: the file's values, rounded once, give exactly the logits of the
+/// f32 checkpoint rounded to that dtype while loading.
+#[test]
+fn half_precision_checkpoints_load() {
+    let bytes = weights_bytes("qwen3");
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let prompt = reference("qwen3").prompt;
+    let logits = |dir: &Path, dtype| {
+        let model = load_model::<Mlx>(dir, &MlxDevice::Cpu, dtype).unwrap();
+        let mut cache = model.new_cache(prompt.len());
+        rows(model.forward(&prompt, &mut cache, Logits::All).unwrap())
+    };
+    for (dtype, file_dtype) in [(DType::BF16, Dtype::BF16), (DType::F16, Dtype::F16)] {
+        let converted: Vec<(String, Vec<u8>, Vec<usize>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| {
+                let out: Vec<u8> = view
+                    .data()
+                    .chunks_exact(4)
+                    .flat_map(|c| {
+                        let v = f32::from_le_bytes(c.try_into().unwrap());
+                        let bits = match file_dtype {
+                            Dtype::BF16 => half::bf16::from_f32(v).to_bits(),
+                            _ => half::f16::from_f32(v).to_bits(),
+                        };
+                        bits.to_le_bytes()
+                    })
+                    .collect();
+                (name, out, view.shape().to_vec())
+            })
+            .collect();
+        let views = converted
+            .iter()
+            .map(|(n, data, shape)| {
+                (
+                    n.clone(),
+                    TensorView::new(file_dtype, shape.clone(), data).unwrap(),
+                )
+            })
+            .collect();
+        let dir = scratch(&format!("{file_dtype:?}"));
+        write_checkpoint(&dir, "qwen3", views);
+        assert_eq!(
+            logits(&dir, dtype),
+            logits(&fixture("qwen3"), dtype),
+            "{file_dtype:?} checkpoint"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// A scratch folder, emptied first.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("burn-mlx-llm-{}-{name}", std::process::id()));

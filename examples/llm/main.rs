@@ -18,6 +18,8 @@
 #[path = "mod.rs"]
 mod llm;
 
+// burn-candle 0.21 is marked deprecated upstream; issue 22 still asks for it as a CPU peer.
+#[allow(deprecated)]
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::{Mlx, MlxDevice};
@@ -147,6 +149,7 @@ fn main() -> ExitCode {
 }
 
 /// Runs on the chosen backend.
+#[allow(deprecated)] // burn-candle, as above.
 fn dispatch(args: &Args) -> Result<()> {
     if args.backend != BackendArg::Mlx && args.device != DeviceArg::Auto {
         return Err(LlmError::Input(
