@@ -1,0 +1,157 @@
+"""The peers of `cargo run --release --features cuda --example llm -- --bench` on a GPU.
+
+Issue 22's speed table: a Qwen3-0.6B-shaped model (hidden 1024, 28 layers, 16 query / 8 KV heads,
+head dim 128, intermediate 3072, vocab 151936, tied embeddings) with random weights, batch 1, a
+512-token prompt and 128 greedy new tokens, in bf16, timed with
+
+- mlx-lm (MLX's own LLM runner, Python), on the same MLX 0.32.2 CUDA wheel as burn-mlx, and
+- Hugging Face transformers, eager attention, `generate`.
+
+The weights are written once by transformers (`Qwen3ForCausalLM` with random initialisation,
+saved as bf16 safetensors with its config.json) into `--model-dir`, and both peers load that
+folder; `llm --model DIR --prompt-ids ...` loads the same files into Burn. The prompt ids go to
+`DIR/prompt_ids.txt` (comma-separated) for that.
+
+Each peer does one warm-up generation and then one measured generation, and prints one JSON line:
+prefill tokens/s (prompt tokens over the time to the first new token) and decode tokens/s (the
+remaining new tokens over the time after the first).
+
+Usage (on the GPU machine; mlx-lm's and MLX's wheels on PYTHONPATH):
+    python scripts/llm_gpu_reference.py --model-dir /tmp/qwen3-0.6b-random [--skip-transformers]
+"""
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+QWEN3_06B = dict(
+    vocab_size=151936,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    bos_token_id=151643,
+    eos_token_id=151645,
+)
+
+
+def write_model(model_dir: Path, prompt_len: int, seed: int) -> list:
+    """Random bf16 weights and config.json with transformers, and a random prompt."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    ids_path = model_dir / "prompt_ids.txt"
+    if (model_dir / "model.safetensors").exists() and ids_path.exists():
+        return [int(t) for t in ids_path.read_text().split(",")]
+    torch.manual_seed(seed)
+    config = Qwen3Config(**QWEN3_06B, torch_dtype="bfloat16")
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, QWEN3_06B["vocab_size"], (prompt_len,), generator=gen).tolist()
+    ids_path.write_text(",".join(str(i) for i in ids))
+    return ids
+
+
+def time_mlx_lm(model_dir: Path, ids: list, new_tokens: int) -> dict:
+    """mlx-lm's generate_step, greedy, as mlx_lm.generate times it."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(model_dir)
+    prompt = mx.array(ids)
+
+    def once(n):
+        start = time.perf_counter()
+        first = None
+        count = 0
+        for _token, _ in generate_step(prompt, model, max_tokens=n):
+            count += 1
+            if first is None:
+                first = time.perf_counter() - start
+        total = time.perf_counter() - start
+        return first, total, count
+
+    once(8)
+    first, total, count = once(new_tokens)
+    return dict(
+        runner="mlx-lm",
+        device=str(mx.default_device()),
+        prompt_tokens=len(ids),
+        new_tokens=count,
+        ttft_s=first,
+        prefill_tok_s=len(ids) / first,
+        decode_tok_s=(count - 1) / (total - first),
+        peak_memory_gb=mx.get_peak_memory() / 1e9,
+    )
+
+
+def time_transformers(model_dir: Path, ids: list, new_tokens: int) -> dict:
+    """transformers eager `generate`, greedy, with the prefill timed as a forward pass."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, torch_dtype=torch.bfloat16, attn_implementation="eager"
+    ).cuda()
+    model.eval()
+    inputs = torch.tensor([ids], device="cuda")
+
+    def once(n):
+        with torch.no_grad():
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            model(inputs)
+            torch.cuda.synchronize()
+            prefill = time.perf_counter() - start
+            start = time.perf_counter()
+            out = model.generate(
+                inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False
+            )
+            torch.cuda.synchronize()
+            total = time.perf_counter() - start
+        return prefill, total, out.shape[1] - len(ids)
+
+    once(4)
+    prefill, total, count = once(new_tokens)
+    return dict(
+        runner="transformers-eager",
+        device=torch.cuda.get_device_name(),
+        prompt_tokens=len(ids),
+        new_tokens=count,
+        ttft_s=prefill,
+        prefill_tok_s=len(ids) / prefill,
+        decode_tok_s=(count - 1) / (total - prefill),
+        peak_memory_gb=torch.cuda.max_memory_allocated() / 1e9,
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--skip-mlx-lm", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    ids = write_model(args.model_dir, args.prompt_len, args.seed)
+    if not args.skip_mlx_lm:
+        print(json.dumps(time_mlx_lm(args.model_dir, ids, args.new_tokens)), flush=True)
+    if not args.skip_transformers:
+        print(json.dumps(time_transformers(args.model_dir, ids, args.new_tokens)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
