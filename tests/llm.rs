@@ -22,6 +22,7 @@ use llm::error::LlmError;
 use llm::generate::{generate, GenerateOptions};
 use llm::model::{Llm, Logits};
 use llm::sampling::{argmax, Sampler};
+use llm::tokenizer::{encode, load_tokenizer, TextStream};
 use llm::weights::load_model;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -655,4 +656,33 @@ fn random_small_model_generates_on_mlx() {
     assert_eq!(stats.decode_steps, 7);
     assert!(stats.device_memory_peak.unwrap() > 0);
     assert!(stats.prefill_tokens_per_s() > 0.0 && stats.decode_tokens_per_s() > 0.0);
+}
+
+#[test]
+fn tokenizer_round_trip_streams_text() {
+    let dir = scratch("tokenizer");
+    let err = load_tokenizer(&dir, true).unwrap_err().to_string();
+    assert_mentions(&err, &["tokenizer.json", "--prompt-ids"]);
+    assert!(load_tokenizer(&dir, false).unwrap().is_none());
+    // A word-level tokenizer.json: the decoder joins tokens with spaces.
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "unk_token": "[UNK]",
+                  "vocab": {"[UNK]": 0, "hello": 1, "world": 2, "again": 3}}
+    });
+    std::fs::write(dir.join("tokenizer.json"), json.to_string()).unwrap();
+    let tokenizer = load_tokenizer(&dir, true).unwrap().unwrap();
+    assert_eq!(encode(&tokenizer, "hello world again").unwrap(), [1, 2, 3]);
+    let mut stream = TextStream::new(&tokenizer);
+    let pieces: Vec<String> = [1, 2, 3].map(|t| stream.push(t).unwrap()).to_vec();
+    assert_eq!(pieces, ["hello", " world", " again"]);
+    assert_eq!(stream.text(), "hello world again");
+    std::fs::write(dir.join("tokenizer.json"), "{ not json").unwrap();
+    assert_mentions(
+        &load_tokenizer(&dir, true).unwrap_err().to_string(),
+        &["tokenizer.json"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

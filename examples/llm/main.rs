@@ -32,14 +32,14 @@ use llm::error::{LlmError, Result};
 use llm::generate::{generate, GenerateOptions};
 use llm::model::Llm;
 use llm::sampling::Sampler;
+use llm::tokenizer::{encode, load_tokenizer, TextStream};
 use llm::weights::load_model;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
-use tokenizers::Tokenizer;
 
 /// The Burn backend to run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -219,11 +219,7 @@ fn run<B: Backend>(
 
     let prompt: Vec<u32> = match (&args.prompt_ids, &args.prompt, &tokenizer) {
         (Some(ids), _, _) => ids.clone(),
-        (None, Some(text), Some(tok)) => tok
-            .encode(text.as_str(), true)
-            .map_err(|e| LlmError::Tokenizer(e.to_string()))?
-            .get_ids()
-            .to_vec(),
+        (None, Some(text), Some(tok)) => encode(tok, text)?,
         (None, Some(_), None) => {
             return Err(LlmError::Tokenizer(
                 "no tokenizer.json for --prompt; give --prompt-ids".into(),
@@ -249,70 +245,24 @@ fn run<B: Backend>(
         sampler: Sampler::new(args.temp, args.top_p, args.seed),
         device_memory,
     };
-    let mut printer = Printer::new(tokenizer.as_ref());
+    let mut stream = tokenizer.as_ref().map(TextStream::new);
     let (_, stats) = generate(&model, &mut cache, &prompt, &mut options, &mut |t| {
-        printer.push(t)
+        print_token(stream.as_mut(), t)
     })?;
     println!();
     println!("{}", stats.summary());
     Ok(())
 }
 
-/// `dir/tokenizer.json`, required when the prompt is text.
-fn load_tokenizer(dir: &Path, required: bool) -> Result<Option<Tokenizer>> {
-    let path = dir.join("tokenizer.json");
-    if !path.is_file() {
-        return if required {
-            Err(LlmError::Tokenizer(format!(
-                "{} not found; give --prompt-ids instead of --prompt",
-                path.display()
-            )))
-        } else {
-            Ok(None)
-        };
-    }
-    Tokenizer::from_file(&path)
-        .map(Some)
-        .map_err(|e| LlmError::Tokenizer(format!("{}: {e}", path.display())))
-}
-
 /// Streams tokens to stdout: decoded text when there is a tokenizer, else the ids.
-struct Printer<'a> {
-    tokenizer: Option<&'a Tokenizer>,
-    tokens: Vec<u32>,
-    printed: String,
-}
-
-impl<'a> Printer<'a> {
-    fn new(tokenizer: Option<&'a Tokenizer>) -> Self {
-        Self {
-            tokenizer,
-            tokens: vec![],
-            printed: String::new(),
-        }
+fn print_token(stream: Option<&mut TextStream>, token: u32) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| LlmError::Input(format!("writing to stdout: {e}"));
+    match stream {
+        Some(stream) => write!(out, "{}", stream.push(token)?).map_err(io)?,
+        None => write!(out, "{token} ").map_err(io)?,
     }
-
-    /// Prints what `token` adds. Text is re-decoded from all tokens and printed from where the
-    /// last print stopped, holding back an incomplete UTF-8 sequence until it completes.
-    fn push(&mut self, token: u32) -> Result<()> {
-        let mut out = std::io::stdout().lock();
-        let io = |e: std::io::Error| LlmError::Input(format!("writing to stdout: {e}"));
-        match self.tokenizer {
-            None => write!(out, "{token} ").map_err(io)?,
-            Some(tok) => {
-                self.tokens.push(token);
-                let text = tok
-                    .decode(&self.tokens, true)
-                    .map_err(|e| LlmError::Tokenizer(e.to_string()))?;
-                if !text.ends_with('\u{fffd}') {
-                    let new = text.strip_prefix(self.printed.as_str()).unwrap_or(&text);
-                    write!(out, "{new}").map_err(io)?;
-                    self.printed = text;
-                }
-            }
-        }
-        out.flush().map_err(io)
-    }
+    out.flush().map_err(io)
 }
 
 /// `--bench`: random weights of a preset shape, a random prompt, one warm-up run, one measured

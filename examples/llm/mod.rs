@@ -14,4 +14,5 @@ pub mod generate;
 pub mod model;
 pub mod rope;
 pub mod sampling;
+pub mod tokenizer;
 pub mod weights;
