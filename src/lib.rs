@@ -22,6 +22,9 @@ mod api;
 mod backend;
 mod compile;
 mod device;
+/// Data-parallel training over MLX's distributed engine (ring, MPI, NCCL): groups,
+/// collectives on `Tensor<Mlx, D, K>`, bucketed gradient averaging, and a local launcher.
+pub mod distributed;
 mod dtype;
 mod error;
 pub(crate) mod ffi;
