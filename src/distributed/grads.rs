@@ -23,7 +23,8 @@ use mlx_rs::{Array, Dtype};
 /// The bucket size when none is given: 64 MiB.
 const DEFAULT_BUCKET_BYTES: usize = 64 << 20;
 
-/// Bucketed collectives over many tensors (see the [module docs](self)).
+/// Bucketed collectives over many tensors: flattened into buckets of one dtype, one all_sum per
+/// bucket, all buckets in one evaluation under the group's watchdog.
 ///
 /// ```no_run
 /// use burn_mlx::distributed::{self, CommBackend, GradientAllReduce};

@@ -5,18 +5,18 @@
 //! NCCL (MLX's CUDA build) or JACCL (RDMA between Macs). This module brings that engine to Burn
 //! tensors of the [`Mlx`](crate::Mlx) backend:
 //!
-//! - [`init`] / [`InitOptions`] set a [`Group`] up from the environment the backend reads
+//! - [`init`](crate::distributed::init) / [`InitOptions`](crate::distributed::InitOptions) set a [`Group`](crate::distributed::Group) up from the environment the backend reads
 //!   (checked first, with clear errors), within a time limit;
-//! - the group's collectives, [`Group::all_sum`], [`all_max`](Group::all_max),
-//!   [`all_min`](Group::all_min), [`all_gather`](Group::all_gather),
-//!   [`broadcast`](Group::broadcast), [`send`](Group::send) / [`recv`](Group::recv) and
-//!   [`barrier`](Group::barrier), take `Tensor<Mlx, D, K>` (float, int or bool) or the
+//! - the group's collectives, [`Group::all_sum`](crate::distributed::Group::all_sum), [`all_max`](crate::distributed::Group::all_max),
+//!   [`all_min`](crate::distributed::Group::all_min), [`all_gather`](crate::distributed::Group::all_gather),
+//!   [`broadcast`](crate::distributed::Group::broadcast), [`send`](crate::distributed::Group::send) / [`recv`](crate::distributed::Group::recv) and
+//!   [`barrier`](crate::distributed::Group::barrier), take `Tensor<Mlx, D, K>` (float, int or bool) or the
 //!   [`MlxTensor`](crate::MlxTensor) primitive, in every dtype, and are bounded in time by a
-//!   watchdog (a peer that hangs gives [`DistributedError::Timeout`], one that dies
-//!   [`DistributedError::PeerLost`]);
-//! - [`GradientAllReduce`] averages a model's gradients in a few bucketed collectives, for
+//!   watchdog (a peer that hangs gives [`DistributedError::Timeout`](crate::distributed::DistributedError::Timeout), one that dies
+//!   [`DistributedError::PeerLost`](crate::distributed::DistributedError::PeerLost));
+//! - [`GradientAllReduce`](crate::distributed::GradientAllReduce) averages a model's gradients in a few bucketed collectives, for
 //!   data-parallel training;
-//! - [`launch()`](launch::launch) starts `n` local ranks with a generated hostfile (the
+//! - [`launch()`](crate::distributed::launch::launch) starts `n` local ranks with a generated hostfile (the
 //!   `mlx_launch` example is its command line), and documents the variables for several hosts.
 //!
 //! ```no_run
