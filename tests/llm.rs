@@ -3,8 +3,8 @@
 //! Fixtures (`tests/data/llm/{qwen3,llama}/`, written by `scripts/llm_reference.py`): two tiny
 //! random-weight models saved by transformers 5.17 in f32 (Qwen3 with tied embeddings and q/k
 //! norm; Llama untied with llama3 RoPE scaling), the prefill logits transformers computed for a
-//! 12-token prompt and its 20 greedy tokens. On the CPU, on `Mlx` and on NdArray (the same model
-//! code), this checks prefill logits within 1e-4, the 20 greedy tokens exactly, and that logits
+//! 12-token prompt and its 20 greedy tokens. On the CPU, on `Mlx`, NdArray and Flex (the same
+//! model code), this checks prefill logits within 1e-4, the 20 greedy tokens exactly, and that logits
 //! decoded with the KV cache (one token at a time, and a prompt prefilled in two chunks) equal
 //! a full recompute within 1e-4. Then every loading failure the issue names (missing tensor, wrong
 //! shape, unknown architecture, truncated file, ...) must be an error whose text names the file,
@@ -13,6 +13,7 @@
 #[path = "../examples/llm/mod.rs"]
 mod llm;
 
+use burn_flex::{Flex, FlexDevice};
 use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_tensor::backend::Backend;
@@ -199,6 +200,16 @@ fn qwen3_matches_transformers_on_mlx() {
 #[test]
 fn llama_matches_transformers_on_mlx() {
     check_fixture::<Mlx>("llama", &MlxDevice::Cpu, "mlx");
+}
+
+#[test]
+fn qwen3_matches_transformers_on_flex() {
+    check_fixture::<Flex>("qwen3", &FlexDevice, "flex");
+}
+
+#[test]
+fn llama_matches_transformers_on_flex() {
+    check_fixture::<Flex>("llama", &FlexDevice, "flex");
 }
 
 #[test]
