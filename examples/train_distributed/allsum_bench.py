@@ -25,7 +25,10 @@ def main():
 
     if rank == 0:
         print(f"MLX {mx.__version__} Python: all_sum of f32 tensors between {size} ranks")
-        print(f"{'MiB':>8} {'iters':>6} {'ms (median)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}")
+        print(
+            f"{'MiB':>8} {'iters':>6} {'ms (median)':>11} {'ms (min)':>8} {'algbw GB/s':>11} "
+            f"{'busbw GB/s':>11} {'best algbw':>13}"
+        )
     mb = low
     while mb <= high:
         n = mb * (1 << 20) // 4
@@ -45,7 +48,10 @@ def main():
         algbw = n * 4 / median / 1e9
         busbw = algbw * 2 * (size - 1) / size
         if rank == 0:
-            print(f"{mb:>8} {iters:>6} {median * 1e3:>11.2f} {algbw:>11.3f} {busbw:>11.3f}")
+            print(
+                f"{mb:>8} {iters:>6} {median * 1e3:>11.2f} {times[0] * 1e3:>8.2f} {algbw:>11.3f} "
+                f"{busbw:>11.3f} {n * 4 / times[0] / 1e9:>13.3f}"
+            )
         mb *= 2
     barrier()
 
