@@ -455,6 +455,12 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for PrintParams {
 /// 20 data-parallel Adam steps (or single-process ones, in a group of 1).
 fn parity() -> Result<(), DistributedError> {
     let group = distributed::init(CommBackend::Any)?;
+    let picked = if group.size() == 1 {
+        CommBackend::Any
+    } else {
+        CommBackend::Ring
+    };
+    assert_eq!(group.backend(), picked, "the backend Any resolved to");
     // Different initial weights per rank: the broadcast from rank 0 must make them equal.
     Train::seed(&DEVICE, 7 + group.rank() as u64);
     let reducer = GradientAllReduce::new();

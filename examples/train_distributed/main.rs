@@ -198,7 +198,7 @@ fn group(args: &Args) -> Result<Group, DistributedError> {
         "rank {} of {} ({} backend), OPENBLAS_NUM_THREADS={threads}",
         group.rank(),
         group.size(),
-        args.backend
+        group.backend()
     );
     Ok(group)
 }

@@ -284,6 +284,7 @@ impl InitOptions {
                 });
             }
         }
+        let backend = resolve(backend, size, ring.is_some());
         Ok(Group {
             inner: Arc::new(Inner {
                 raw,
@@ -318,6 +319,28 @@ pub fn init(backend: CommBackend) -> Result<Group, DistributedError> {
 /// Whether MLX has the backend (see [`CommBackend::is_available`]).
 pub fn is_available(backend: CommBackend) -> bool {
     backend.is_available()
+}
+
+/// The backend MLX picked for `Any` (MLX does not say; its order is NCCL on CUDA builds when
+/// NCCL's variables are set, then ring when its variables are set, then MPI).
+fn resolve(asked: CommBackend, size: usize, ring_configured: bool) -> CommBackend {
+    if asked != CommBackend::Any || size == 1 {
+        return asked;
+    }
+    let nccl_configured = ["NCCL_HOST_IP", "NCCL_PORT", "MLX_WORLD_SIZE"]
+        .iter()
+        .all(|v| std::env::var_os(v).is_some());
+    if cfg!(not(target_os = "macos"))
+        && MlxDevice::gpu_available()
+        && CommBackend::Nccl.is_available()
+        && nccl_configured
+    {
+        CommBackend::Nccl
+    } else if ring_configured {
+        CommBackend::Ring
+    } else {
+        CommBackend::Mpi
+    }
 }
 
 /// A ring rank's configuration, read from the environment before MLX sees it.
@@ -495,7 +518,9 @@ impl Group {
         self.inner.size
     }
 
-    /// The backend that was asked for.
+    /// The backend in use: the one asked for, or for [`CommBackend::Any`] the one MLX picked
+    /// as the environment tells (NCCL when a CUDA build has NCCL's variables, else ring when
+    /// `MLX_HOSTFILE` is set, else MPI); `Any` for the single-process group.
     pub fn backend(&self) -> CommBackend {
         self.inner.backend
     }
@@ -564,9 +589,6 @@ impl Group {
     pub(crate) fn comm_device(&self, tensor_device: MlxDevice) -> MlxDevice {
         match self.inner.backend {
             CommBackend::Nccl => tensor_device,
-            CommBackend::Any if MlxDevice::gpu_available() && cfg!(not(target_os = "macos")) => {
-                tensor_device
-            }
             _ => MlxDevice::Cpu,
         }
     }
