@@ -175,9 +175,49 @@ struct Ranks {
 impl Drop for Ranks {
     fn drop(&mut self) {
         for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
+            kill_tree(child);
             let _ = child.wait();
         }
+    }
+}
+
+/// Kills a rank and, on Linux, the processes it started (a rank run through `sh -c` or a
+/// wrapper script would otherwise leave its real program running). The ranks stay in the
+/// launcher's process group, so that Ctrl-C in a terminal still reaches all of them.
+fn kill_tree(child: &mut Child) {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            fn kill(pid: i32, signal: i32) -> i32;
+        }
+        /// The children of `pid`, then theirs, from /proc.
+        fn descendants(pid: u32, out: &mut Vec<u32>) {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                return;
+            };
+            for task in tasks.flatten() {
+                let children = std::fs::read_to_string(task.path().join("children"));
+                for c in children.iter().flat_map(|t| t.split_whitespace()) {
+                    if let Ok(c) = c.parse::<u32>() {
+                        out.push(c);
+                        descendants(c, out);
+                    }
+                }
+            }
+        }
+        let mut tree = Vec::new();
+        descendants(child.id(), &mut tree);
+        let _ = child.kill();
+        for pid in tree {
+            // SAFETY: sends SIGKILL to a process this rank started; no memory is involved.
+            unsafe {
+                kill(pid as i32, 9);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = child.kill();
     }
 }
 
@@ -355,7 +395,7 @@ pub fn launch(options: &LaunchOptions) -> Result<LaunchReport, DistributedError>
                     continue;
                 }
                 if let Some(child) = slot.as_mut() {
-                    let _ = child.kill();
+                    kill_tree(child);
                     *killed = true;
                     if let Some(culprit) = first_failure {
                         eprintln!(
