@@ -797,7 +797,7 @@ fn stalled_rank_times_out_on_the_other() {
     let report = run_ranks(
         "train",
         2,
-        &[(FAULT_ENV, "stall"), (TIMEOUT_ENV, "3")],
+        &[(FAULT_ENV, "stall"), (TIMEOUT_ENV, "5")],
         Duration::from_secs(120),
     );
     let (r0, r1) = (&report.ranks[0], &report.ranks[1]);
