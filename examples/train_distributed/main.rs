@@ -23,6 +23,8 @@
 extern crate burn_core as burn;
 
 mod ddp;
+#[path = "../common/device_flag.rs"]
+mod device_flag;
 
 use burn::module::{AutodiffModule, Module};
 use burn::tensor::backend::Backend;
@@ -35,6 +37,7 @@ use burn_nn::loss::CrossEntropyLossConfig;
 use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use clap::Parser;
+use device_flag::DeviceFlag;
 use std::time::{Duration, Instant};
 
 /// The training backend: MLX with Burn's autodiff decorator.
@@ -50,6 +53,9 @@ struct Args {
     /// MLX backend: any, ring, mpi, nccl.
     #[arg(long, default_value = "any")]
     backend: CommBackend,
+    /// The device every rank trains on (the ring backend communicates through the CPU).
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
+    device: DeviceFlag,
     /// Optimizer steps.
     #[arg(long, default_value_t = 300)]
     steps: usize,
@@ -190,6 +196,10 @@ fn launch_ranks(args: &Args) -> i32 {
 
 /// Sets the group up with the example's timeout.
 fn group(args: &Args) -> Result<Group, DistributedError> {
+    if let Err(e) = MlxDevice::from(args.device).check() {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
     let group = distributed::InitOptions::new(args.backend)
         .timeout(Duration::from_secs_f64(args.timeout))
         .init()?;
@@ -207,7 +217,7 @@ fn group(args: &Args) -> Result<Group, DistributedError> {
 fn train(args: &Args) -> Result<(), DistributedError> {
     let group = group(args)?;
     let (rank, size) = (group.rank(), group.size());
-    let device = MlxDevice::Cpu;
+    let device = MlxDevice::from(args.device);
     if !args.batch.is_multiple_of(size) {
         return Err(DistributedError::Invalid {
             op: "train".into(),
@@ -307,7 +317,7 @@ fn bench(args: &Args) -> Result<(), DistributedError> {
     let (rank, size) = (group.rank(), group.size());
     // The agreement check adds one small all_gather per call: off, to time all_sum alone.
     group.set_check(false);
-    let device = MlxDevice::Cpu;
+    let device = MlxDevice::from(args.device);
     if rank == 0 {
         println!(
             "all_sum of f32 tensors between {size} ranks (ring, loopback); algbw = bytes / time, \
