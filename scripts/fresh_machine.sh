@@ -35,7 +35,7 @@ echo "== 2. cargo test"
 cargo test 2>&1 | tee "$WORK/test.log" | grep -E '^(test result|error|warning: mlx-sys)|FAILED|panicked'
 end=$(date +%s)
 echo "== train: $((mid - start)) s (with its build), test: $((end - mid)) s (with its build)"
-lib=$(find "$BURN_MLX_CACHE" -name 'libblas-*' | head -1)
+lib=$(find "$BURN_MLX_CACHE" -name 'libblas-*' ! -name '*.orig' | head -1)
 echo "== MLX's BLAS: $lib -> $(readlink "$lib")"
 bin=$(ls "$CARGO_TARGET_DIR"/release/examples/train)
 ldd "$bin" | grep -E 'mlx|blas|lapack' || true
