@@ -23,6 +23,8 @@ extern crate burn_core as burn;
 
 #[path = "../examples/train_distributed/ddp.rs"]
 mod ddp;
+#[path = "../examples/train_distributed/model.rs"]
+mod model;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -34,9 +36,9 @@ use burn_mlx::distributed::{
     INIT_TIMEOUT_ENV, TIMEOUT_ENV,
 };
 use burn_mlx::{Mlx, MlxDevice, MlxTensor};
-use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use half::{bf16, f16};
+use model::Mlp;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -350,32 +352,6 @@ fn collectives() -> Result<(), DistributedError> {
     Ok(())
 }
 
-/// 8 → 16 → 16 → 4 with ReLU.
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    l1: Linear<B>,
-    l2: Linear<B>,
-    l3: Linear<B>,
-    relu: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
-        Mlp {
-            l1: LinearConfig::new(8, 16).init(device),
-            l2: LinearConfig::new(16, 16).init(device),
-            l3: LinearConfig::new(16, 4).init(device),
-            relu: Relu::new(),
-        }
-    }
-
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.relu.forward(self.l1.forward(x));
-        let x = self.relu.forward(self.l2.forward(x));
-        self.l3.forward(x)
-    }
-}
-
 /// Rows in one full batch.
 const BATCH: usize = 64;
 
@@ -464,7 +440,7 @@ fn parity() -> Result<(), DistributedError> {
     // Different initial weights per rank: the broadcast from rank 0 must make them equal.
     Train::seed(&DEVICE, 7 + group.rank() as u64);
     let reducer = GradientAllReduce::new();
-    let model = ddp::broadcast_module(&group, &reducer, Mlp::<Train>::new(&DEVICE), 0)?;
+    let model = ddp::broadcast_module(&group, &reducer, Mlp::<Train>::new(8, 16, 4, &DEVICE), 0)?;
     let mut optim = AdamConfig::new().init::<Train, Mlp<Train>>();
     let mut model = model;
     for step in 0..20 {
@@ -483,7 +459,8 @@ fn train_with_fault() -> Result<(), DistributedError> {
     let group = distributed::init(CommBackend::Ring)?;
     Train::seed(&DEVICE, 7);
     let reducer = GradientAllReduce::new();
-    let mut model = ddp::broadcast_module(&group, &reducer, Mlp::<Train>::new(&DEVICE), 0)?;
+    let mut model =
+        ddp::broadcast_module(&group, &reducer, Mlp::<Train>::new(8, 16, 4, &DEVICE), 0)?;
     let mut optim = AdamConfig::new().init::<Train, Mlp<Train>>();
     for step in 0..400 {
         if step == 5 && group.rank() == 1 {

@@ -25,8 +25,9 @@ extern crate burn_core as burn;
 mod ddp;
 #[path = "../common/device_flag.rs"]
 mod device_flag;
+mod model;
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
@@ -34,10 +35,10 @@ use burn_mlx::distributed::launch::{launch, LaunchOptions};
 use burn_mlx::distributed::{self, CommBackend, DistributedError, GradientAllReduce, Group};
 use burn_mlx::{Mlx, MlxDevice};
 use burn_nn::loss::CrossEntropyLossConfig;
-use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use clap::Parser;
 use device_flag::DeviceFlag;
+use model::Mlp;
 use std::time::{Duration, Instant};
 
 /// The training backend: MLX with Burn's autodiff decorator.
@@ -83,32 +84,6 @@ struct Args {
     /// Largest all_sum of the benchmark, in MiB.
     #[arg(long, default_value_t = 256)]
     bench_max_mb: usize,
-}
-
-/// 2 → hidden → hidden → 3 with ReLU.
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    l1: Linear<B>,
-    l2: Linear<B>,
-    l3: Linear<B>,
-    relu: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(hidden: usize, device: &B::Device) -> Self {
-        Self {
-            l1: LinearConfig::new(2, hidden).init(device),
-            l2: LinearConfig::new(hidden, hidden).init(device),
-            l3: LinearConfig::new(hidden, 3).init(device),
-            relu: Relu::new(),
-        }
-    }
-
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.relu.forward(self.l1.forward(x));
-        let x = self.relu.forward(self.l2.forward(x));
-        self.l3.forward(x)
-    }
 }
 
 /// `per_class` points on each of three spiral arms, with noise, shuffled (deterministic: every
@@ -251,8 +226,12 @@ fn train(args: &Args) -> Result<(), DistributedError> {
 
     Train::seed(&device, 1 + rank as u64);
     let reducer = GradientAllReduce::new();
-    let mut model =
-        ddp::broadcast_module(&group, &reducer, Mlp::<Train>::new(args.hidden, &device), 0)?;
+    let mut model = ddp::broadcast_module(
+        &group,
+        &reducer,
+        Mlp::<Train>::new(2, args.hidden, 3, &device),
+        0,
+    )?;
     let mut optim = AdamConfig::new().init::<Train, Mlp<Train>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
 
