@@ -10,10 +10,10 @@
 //!
 //! Kernel choice: OpenBLAS picks its kernels when it loads (`DYNAMIC_ARCH`), and honours
 //! `OPENBLAS_CORETYPE` when that is set. The 0.3.34 build of the wheel picks SkylakeX (AVX-512)
-//! kernels on AMD Zen 5 (family 26) by itself, where Debian 12's OpenBLAS 0.3.21 picked Haswell
-//! (AVX2): measured with a 1024² `cblas_sgemm` through this library, 464-486 GFLOP/s against
-//! 235-255 with `OPENBLAS_CORETYPE=Haswell`. burn-mlx leaves the choice to OpenBLAS and to the
-//! user's `OPENBLAS_CORETYPE`.
+//! kernels on AMD Zen 5 (family 26) by itself: measured with a 1024² `cblas_sgemm` through this
+//! library, 455-486 GFLOP/s, against 235-259 with `OPENBLAS_CORETYPE=Haswell` (AVX2), which the
+//! environment of this project's machines sets. burn-mlx leaves the choice to OpenBLAS and to
+//! the user's `OPENBLAS_CORETYPE`.
 
 /// The BLAS and LAPACK functions `libmlx.so` 0.32.2 imports (`nm -D --undefined-only`), CPU and
 /// CUDA wheels alike. A missing one shows up as an undefined reference when a program links.
