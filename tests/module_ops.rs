@@ -883,6 +883,17 @@ fn attn_cases() -> Vec<Attn> {
             lk: 1,
             d: 3,
             dv: 2,
+            ..base.clone()
+        },
+        // 2 and 3 unmasked queries: Mlx runs them as one query on each of h·lq heads
+        Attn {
+            lq: 2,
+            dv: 5,
+            ..base.clone()
+        },
+        Attn {
+            lq: 3,
+            scale: Some(0.3),
             ..base
         },
     ]

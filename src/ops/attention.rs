@@ -27,6 +27,31 @@ fn causal_mask(q_len: i32, k_len: i32, dtype: Dtype) -> Res {
 }
 
 /// Attention over `[batch, heads, seq, dim]` tensors.
+/// Unmasked attention of a few (2 or 3) query positions per head, as one query position on each
+/// of `heads · q_len` query heads that share their key/value head: MLX's grouped-query form.
+///
+/// The result is the same: with no mask, each query position attends to every key independently.
+/// The point is the kernel. In MLX 0.32's CUDA source, half-precision attention with more than
+/// one query position goes to cuDNN, which builds (and caches) a graph per key length, so a
+/// decode loop whose cache grows by one position per step builds one per token; one query
+/// position per head goes to MLX's own vector kernel instead. Models that fold the query heads of
+/// a key/value group into the query axis for decoding (as the LLM example does) hit this case.
+/// (Read from the source, and the likely cause of the slow bf16 decode in `benches/nvidia.md`;
+/// not yet timed on a GPU.)
+fn few_queries(q: &Array, k: &Array, v: &Array, scale: f32) -> Res {
+    let shape = q.shape().to_vec();
+    let (b, h, s, d) = (shape[0], shape[1], shape[2], shape[3]);
+    let out = scaled_dot_product_attention(
+        q.reshape(&[b, h * s, 1, d])?,
+        k,
+        v,
+        scale,
+        None::<ScaledDotProductAttentionMask>,
+        None,
+    )?;
+    Ok(out.reshape(&[b, h, s, v.shape()[3]])?)
+}
+
 pub(super) fn attention(
     query: MlxTensor,
     key: MlxTensor,
@@ -112,7 +137,10 @@ pub(super) fn attention(
                 (None, true) => Some(ScaledDotProductAttentionMask::Causal),
                 (None, false) => None,
             };
-            scaled_dot_product_attention(q, k, v, scale as f32, mask_arg, None)?
+            match mask_arg {
+                None if (2..4).contains(&q_len) => few_queries(q, k, v, scale as f32)?,
+                mask_arg => scaled_dot_product_attention(q, k, v, scale as f32, mask_arg, None)?,
+            }
         };
 
         // Rows whose every position is masked give zeros (Burn's convention).
