@@ -59,6 +59,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=fetch.rs");
     println!("cargo:rerun-if-changed=blas.rs");
+    println!("cargo:rerun-if-changed=blas_gemv.c");
     println!("cargo:rerun-if-changed=bindings");
 
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
@@ -403,6 +404,8 @@ mod linux {
         cmd.args(["-shared", "-fPIC", "-o"])
             .arg(&shim)
             .arg(&asm)
+            .arg("-O2")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("blas_gemv.c"))
             .arg(format!("-L{}", libdir.display()))
             .arg("-lscipy_openblas")
             .arg(format!("-Wl,-rpath,{}", libdir.display()));

@@ -581,6 +581,39 @@ diff!(matmul_non_contiguous, Tol::TRANS, FLOATS, |ctx| (
         .matmul(ctx.fl([2, 4, 3], (-1.0, 1.0), Layout::Broadcast)),
 ));
 
+// One row or one column: on the CPU these go to OpenBLAS's GEMV (mlx-sys/blas_gemv.c), for each
+// storage order of the two operands, batched, and with a strided operand.
+diff!(matmul_vector_shapes, Tol::TRANS, FLOATS, |ctx| {
+    let lay = [Layout::Contig, Layout::Transposed];
+    let mut rows = Vec::new();
+    for la in lay {
+        for lb in lay {
+            rows.push(ctx.fl::<2>([1, 33], (-1.0, 1.0), la).matmul(ctx.fl(
+                [33, 17],
+                (-1.0, 1.0),
+                lb,
+            )));
+            rows.push(
+                ctx.fl::<2>([19, 33], (-1.0, 1.0), la)
+                    .matmul(ctx.fl([33, 1], (-1.0, 1.0), lb))
+                    .transpose(),
+            );
+        }
+    }
+    (
+        Tensor::cat(rows, 1),
+        ctx.f::<3>([3, 1, 40], (-1.0, 1.0)).matmul(ctx.fl(
+            [3, 40, 9],
+            (-1.0, 1.0),
+            Layout::Permuted,
+        )),
+        ctx.fl::<2>([6, 5], (-1.0, 1.0), Layout::Stepped)
+            .matmul(ctx.fl([5, 1], (-1.0, 1.0), Layout::NegStepped)),
+        ctx.f::<2>([1, 1], (-1.0, 1.0))
+            .matmul(ctx.f([1, 1], (-1.0, 1.0))),
+    )
+});
+
 diff!(matmul_empty, Tol::EXACT, F32_ONLY, |ctx| {
     // burn-ndarray divides by zero on empty operands: the reference is zeros of the output shape.
     fn mm<B: Backend, const D: usize>(
