@@ -13,7 +13,7 @@
 //! `model.safetensors.index.json`) and, for `--prompt`, `tokenizer.json`. Tokens are printed as
 //! they are generated, then one summary line (prompt and generated tokens, time to first token,
 //! prefill and decode tokens/s, peak memory). `--bench` builds a preset shape with random weights
-//! instead, needs no files, and prints the same line after a short warm-up run.
+//! instead, needs no files, and prints the same line after a warm-up run of the same length.
 
 #[path = "mod.rs"]
 mod llm;
@@ -286,11 +286,14 @@ fn bench<B: Backend>(
     let params = config.num_params();
     let model = Llm::<B>::random(config, device, dtype)?;
 
-    // Warm-up: materializes the (lazily generated) weights and runs every kernel once.
-    let warm_prompt = &prompt[..prompt.len().min(32)];
-    let mut warm_cache = model.new_cache(warm_prompt.len() + 4);
+    // Warm-up: the same prompt length and number of tokens as the measured run, as the mlx-lm
+    // peer in `scripts/llm_gpu_reference.py` does. It materializes the (lazily generated)
+    // weights, and every shape-keyed cache a backend keeps (compiled kernels, cuDNN graphs per
+    // key length, CUDA graphs) is filled before timing, on both sides alike.
+    let warm_prompt = &prompt[..];
+    let mut warm_cache = model.new_cache(prompt.len() + max_tokens);
     let mut warm = GenerateOptions {
-        max_tokens: 4,
+        max_tokens,
         stop_tokens: &[],
         sampler: Sampler::greedy(),
         device_memory: None,
