@@ -8,12 +8,24 @@
 //! evaluation raises "[ring] connection to a peer was lost". A peer that is alive but stops
 //! taking part (stopped, deadlocked, or calling a different number of collectives) is another
 //! matter: MLX then waits forever, inside the evaluation, on the CPU stream that every other
-//! evaluation of the process shares. So burn-mlx evaluates each collective on a helper thread and
-//! waits at most the group's timeout. When it passes, the collective fails with
-//! [`DistributedError::Timeout`], and for the ring backend burn-mlx shuts this process's ring
-//! connections down (found by their addresses in the hostfile): MLX's waiting evaluation then
-//! fails, releases the stream and the evaluation lock, and the process can save its work or
-//! exit normally. The group stays unusable ([`DistributedError::Broken`]) after any failure.
+//! evaluation of the process shares. So every collective is bounded by the group's timeout:
+//!
+//! - **ring** (the backend whose connections burn-mlx can find: the sockets of this process
+//!   whose addresses are in the hostfile): the calling thread evaluates the collective itself,
+//!   as MLX Python does, and a watchdog thread, started with the group, watches the collective
+//!   in flight. It costs nothing per collective (the caller records the start in a mutex; the
+//!   watchdog wakes every 250 ms, or at the deadline). When the timeout passes, the watchdog
+//!   shuts this process's ring connections down: MLX's waiting evaluation then fails, releases
+//!   the stream and the evaluation lock, and the collective fails with
+//!   [`DistributedError::Timeout`]; the process can save its work or exit normally. Should MLX
+//!   still not return 10 s later (never seen), the watchdog prints the error and ends the
+//!   process (exit status 124), so that no rank hangs.
+//! - **other backends** (NCCL, MPI, JACCL, or a ring whose sockets were not found): burn-mlx
+//!   cannot close their connections, so each collective is evaluated on a helper thread and the
+//!   caller waits at most the timeout; when it passes, the caller gets
+//!   [`DistributedError::Timeout`] while MLX still waits, and should end the process.
+//!
+//! The group stays unusable ([`DistributedError::Broken`]) after any failure.
 //!
 //! Setting up the group is bounded the same way: a ring rank waits for its neighbour to
 //! connect, and MLX would wait forever for a rank that was never started.
@@ -27,7 +39,7 @@ use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Environment variable: the default timeout of every collective, in seconds.
@@ -285,13 +297,18 @@ impl InitOptions {
             }
         }
         let backend = resolve(backend, size, ring.is_some());
+        let ring = ring.filter(|_| size > 1);
+        let watchdog = ring
+            .as_ref()
+            .and_then(|r| Watchdog::start(r.clone(), rank, size));
         Ok(Group {
             inner: Arc::new(Inner {
                 raw,
                 rank,
                 size,
                 backend,
-                ring: ring.filter(|_| size > 1),
+                ring,
+                watchdog,
                 timeout_ms: AtomicU64::new(self.timeout.as_millis().max(1) as u64),
                 check: AtomicBool::new(self.check),
                 seq: AtomicU64::new(0),
@@ -484,6 +501,8 @@ pub(crate) struct Inner {
     pub(crate) size: usize,
     pub(crate) backend: CommBackend,
     ring: Option<RingConfig>,
+    /// The watchdog of a ring group whose connections were found; `None`: helper threads.
+    watchdog: Option<Arc<Watchdog>>,
     timeout_ms: AtomicU64,
     check: AtomicBool,
     /// The number of collectives this rank has started (compared across ranks by the checks).
@@ -593,9 +612,9 @@ impl Group {
         }
     }
 
-    /// Evaluates the collective `arrays` on a helper thread, waiting at most the group's
-    /// timeout (see the module docs). The inputs must already be evaluated, so that only
-    /// communication (and waiting for peers) is timed.
+    /// Evaluates the collective `arrays`, bounded by the group's timeout (see the module docs):
+    /// on this thread under the watchdog for a ring group, else on a helper thread. The inputs
+    /// must already be evaluated, so that only communication (and waiting for peers) is timed.
     pub(crate) fn guarded_eval(
         &self,
         op: &str,
@@ -605,6 +624,59 @@ impl Group {
     ) -> Result<Vec<Array>, DistributedError> {
         self.ensure_usable(op)?;
         crate::trace::check_not_tracing(op).map_err(|e| self.failed(op, shapes, e.to_string()))?;
+        match &self.inner.watchdog {
+            Some(dog) => self.watched_eval(dog, op, shapes, arrays, device),
+            None => self.helper_eval(op, shapes, arrays, device),
+        }
+    }
+
+    /// Evaluates `arrays` on this thread while the watchdog watches.
+    fn watched_eval(
+        &self,
+        dog: &Watchdog,
+        op: &str,
+        shapes: &str,
+        arrays: Vec<Array>,
+        device: MlxDevice,
+    ) -> Result<Vec<Array>, DistributedError> {
+        let timeout = self.timeout();
+        let started = Instant::now();
+        let id = dog.begin(started, timeout);
+        let result = {
+            let _guard = crate::tensor::eval_lock();
+            let r = mlx_rs::transforms::eval(arrays.iter()).map_err(|e| e.what().to_string());
+            if r.is_ok() {
+                device.after_eval();
+            }
+            r
+        };
+        let closed = dog.end(id);
+        match (result, closed) {
+            (Ok(()), None) => Ok(arrays),
+            (_, Some(closed)) => {
+                let e = DistributedError::Timeout {
+                    op: op.into(),
+                    rank: self.rank(),
+                    size: self.size(),
+                    shapes: shapes.into(),
+                    seconds: started.elapsed().as_secs_f64(),
+                    hint: released_hint(closed),
+                };
+                self.mark_broken(&e);
+                Err(e)
+            }
+            (Err(message), None) => Err(self.eval_failed(op, shapes, message)),
+        }
+    }
+
+    /// Evaluates `arrays` on a helper thread, waiting at most the group's timeout.
+    fn helper_eval(
+        &self,
+        op: &str,
+        shapes: &str,
+        arrays: Vec<Array>,
+        device: MlxDevice,
+    ) -> Result<Vec<Array>, DistributedError> {
         let timeout = self.timeout();
         let (tx, rx) = mpsc::channel::<(Result<(), String>, Vec<Array>)>();
         let spawned = std::thread::Builder::new()
@@ -627,32 +699,14 @@ impl Group {
         let started = Instant::now();
         match rx.recv_timeout(timeout) {
             Ok((Ok(()), arrays)) => Ok(arrays),
-            Ok((Err(message), _)) => {
-                let e = if message.contains("connection to a peer was lost") {
-                    DistributedError::PeerLost {
-                        op: op.into(),
-                        rank: self.rank(),
-                        size: self.size(),
-                        shapes: shapes.into(),
-                        message,
-                    }
-                } else {
-                    self.failed(op, shapes, message)
-                };
-                self.mark_broken(&e);
-                Err(e)
-            }
+            Ok((Err(message), _)) => Err(self.eval_failed(op, shapes, message)),
             Err(_) => {
                 let closed = self.abort_connections();
                 // Once the connections are closed, MLX's evaluation fails within milliseconds
                 // and releases the stream; wait for that so the process can go on.
-                let released = closed > 0 && rx.recv_timeout(Duration::from_secs(10)).is_ok();
+                let released = closed > 0 && rx.recv_timeout(RELEASE_WAIT).is_ok();
                 let hint = if released {
-                    format!(
-                        "burn-mlx closed this rank's {closed} ring connection(s), so this process \
-                         can save its work and exit; the peers fail too. If a rank is legitimately \
-                         this slow, raise the timeout (Group::set_timeout, {TIMEOUT_ENV})"
-                    )
+                    released_hint(closed)
                 } else {
                     format!(
                         "MLX is still waiting inside the collective and holds burn-mlx's \
@@ -675,6 +729,24 @@ impl Group {
         }
     }
 
+    /// The error of a collective whose evaluation MLX failed (a lost peer, or another error);
+    /// the group is marked unusable.
+    fn eval_failed(&self, op: &str, shapes: &str, message: String) -> DistributedError {
+        let e = if message.contains("connection to a peer was lost") {
+            DistributedError::PeerLost {
+                op: op.into(),
+                rank: self.rank(),
+                size: self.size(),
+                shapes: shapes.into(),
+                message,
+            }
+        } else {
+            self.failed(op, shapes, message)
+        };
+        self.mark_broken(&e);
+        e
+    }
+
     /// A [`DistributedError::Collective`] for `op`.
     pub(crate) fn failed(&self, op: &str, shapes: &str, message: String) -> DistributedError {
         DistributedError::Collective {
@@ -690,22 +762,205 @@ impl Group {
     /// this rank's hostfile addresses, or whose peer is one of the right neighbour's), so that
     /// MLX's socket threads see them closed and fail their pending work. Returns how many.
     fn abort_connections(&self) -> usize {
-        let Some(ring) = &self.inner.ring else {
-            return 0;
-        };
-        let ours = |local: SocketAddrV4, peer: SocketAddrV4| {
-            ring.own.iter().any(|a| {
-                a.port() == local.port() && (a.ip() == local.ip() || a.ip().is_unspecified())
-            }) || ring.right.contains(&peer)
-        };
-        close_matching_sockets(ours)
+        match &self.inner.ring {
+            Some(ring) => ring_sockets(ring, true),
+            None => 0,
+        }
     }
 }
 
-/// Shuts down (without closing: MLX still owns them) the TCP sockets of this process for which
-/// `matches(local, peer)` holds. Returns how many.
+/// How long a timed-out collective waits for MLX to fail once its connections are closed.
+const RELEASE_WAIT: Duration = Duration::from_secs(10);
+/// How often the watchdog looks at the collective in flight when no deadline is nearer.
+const WATCH_PERIOD: Duration = Duration::from_millis(250);
+/// The exit status of a process that the watchdog ends (MLX did not return after a timeout).
+const WATCHDOG_EXIT: i32 = 124;
+
+/// The hint of a timeout after which burn-mlx closed the ring connections and MLX returned.
+fn released_hint(closed: usize) -> String {
+    format!(
+        "burn-mlx closed this rank's {closed} ring connection(s), so this process can save its \
+         work and exit; the peers fail too. If a rank is legitimately this slow, raise the \
+         timeout (Group::set_timeout, {TIMEOUT_ENV})"
+    )
+}
+
+/// The ring connections of this process (the sockets whose local address is one of this rank's
+/// hostfile addresses, or whose peer is one of the right neighbour's): shut down when `close`,
+/// else only counted. Returns how many.
+fn ring_sockets(ring: &RingConfig, close: bool) -> usize {
+    let ours = |local: SocketAddrV4, peer: SocketAddrV4| {
+        ring.own
+            .iter()
+            .any(|a| a.port() == local.port() && (a.ip() == local.ip() || a.ip().is_unspecified()))
+            || ring.right.contains(&peer)
+    };
+    close_matching_sockets(ours, close)
+}
+
+/// The collective a watchdog is watching.
+#[derive(Clone, Copy)]
+struct Watched {
+    id: u64,
+    started: Instant,
+    limit: Duration,
+}
+
+/// What the caller and the watchdog thread share.
+#[derive(Default)]
+struct WatchState {
+    /// The number the next collective gets.
+    next: u64,
+    /// The collective in flight.
+    active: Option<Watched>,
+    /// The collective whose time ran out, and how many connections the watchdog closed.
+    fired: Option<(u64, usize)>,
+    /// Set when the group is dropped: the thread ends.
+    stop: bool,
+}
+
+/// The watchdog of a ring group: a thread that closes the ring connections when the
+/// collective in flight outlives its timeout (see the module docs).
+pub(crate) struct Watchdog {
+    state: Mutex<WatchState>,
+    wake: Condvar,
+}
+
+impl Watchdog {
+    /// Starts the watchdog of a ring group, if burn-mlx can find its connections (else the group
+    /// uses helper threads).
+    fn start(ring: RingConfig, rank: usize, size: usize) -> Option<Arc<Watchdog>> {
+        if ring_sockets(&ring, false) == 0 {
+            return None;
+        }
+        let dog = Arc::new(Watchdog {
+            state: Mutex::new(WatchState::default()),
+            wake: Condvar::new(),
+        });
+        let watched = Arc::clone(&dog);
+        std::thread::Builder::new()
+            .name("burn-mlx-watchdog".into())
+            .spawn(move || watched.watch(&ring, rank, size))
+            .ok()?;
+        Some(dog)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the start of a collective; returns its number.
+    fn begin(&self, started: Instant, limit: Duration) -> u64 {
+        let mut state = self.lock();
+        let id = state.next;
+        state.next += 1;
+        state.active = Some(Watched { id, started, limit });
+        if limit < WATCH_PERIOD {
+            self.wake.notify_one();
+        }
+        id
+    }
+
+    /// Records the end of collective `id`; returns how many connections the watchdog closed if
+    /// its time ran out.
+    fn end(&self, id: u64) -> Option<usize> {
+        let mut state = self.lock();
+        state.active = None;
+        let fired = state.fired.filter(|f| f.0 == id).map(|f| f.1);
+        if fired.is_some() {
+            // The watchdog waits for this collective to return (see `watch`).
+            self.wake.notify_one();
+        }
+        fired
+    }
+
+    /// The watchdog thread.
+    fn watch(&self, ring: &RingConfig, rank: usize, size: usize) {
+        let mut state = self.lock();
+        loop {
+            if state.stop {
+                return;
+            }
+            let pending = state
+                .active
+                .filter(|w| state.fired.is_none_or(|(id, _)| id != w.id));
+            let wait = match pending {
+                Some(w) if w.started.elapsed() >= w.limit => {
+                    drop(state);
+                    let closed = ring_sockets(ring, true);
+                    state = self.lock();
+                    state.fired = Some((w.id, closed));
+                    // MLX's evaluation fails within milliseconds once the connections are
+                    // closed. If it does not, the caller is stuck inside MLX: end the process
+                    // rather than let it hang.
+                    let deadline = Instant::now() + RELEASE_WAIT;
+                    while !state.stop && state.active.is_some_and(|a| a.id == w.id) {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            eprintln!(
+                                "burn-mlx: a collective on rank {rank} of {size} did not finish \
+                                 within {:.1} s; burn-mlx closed this rank's {closed} ring \
+                                 connection(s), but MLX is still waiting inside the collective, \
+                                 so the process ends (exit status {WATCHDOG_EXIT}). If a rank is \
+                                 legitimately this slow, raise the timeout (Group::set_timeout, \
+                                 {TIMEOUT_ENV})",
+                                w.limit.as_secs_f64()
+                            );
+                            exit_now(WATCHDOG_EXIT);
+                        }
+                        state = self
+                            .wake
+                            .wait_timeout(state, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                    continue;
+                }
+                Some(w) => (w.limit - w.started.elapsed()).min(WATCH_PERIOD),
+                None => WATCH_PERIOD,
+            };
+            state = self
+                .wake
+                .wait_timeout(state, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(dog) = &self.watchdog {
+            dog.lock().stop = true;
+            dog.wake.notify_one();
+        }
+    }
+}
+
+/// Ends the process at once, without running exit handlers or destructors (the thread that
+/// would run them may be stuck inside MLX).
 #[cfg(unix)]
-fn close_matching_sockets(matches: impl Fn(SocketAddrV4, SocketAddrV4) -> bool) -> usize {
+fn exit_now(code: i32) -> ! {
+    extern "C" {
+        fn _exit(status: std::os::raw::c_int) -> !;
+    }
+    // SAFETY: `_exit` (POSIX) takes any status and does not return.
+    unsafe { _exit(code) }
+}
+
+/// Ends the process at once (no watchdog runs off Unix; see `close_matching_sockets`).
+#[cfg(not(unix))]
+fn exit_now(code: i32) -> ! {
+    std::process::exit(code)
+}
+
+/// Shuts down (without closing: MLX still owns them) the TCP sockets of this process for which
+/// `matches(local, peer)` holds, or with `close` false only counts them. Returns how many.
+#[cfg(unix)]
+fn close_matching_sockets(
+    matches: impl Fn(SocketAddrV4, SocketAddrV4) -> bool,
+    close: bool,
+) -> usize {
     use std::mem::ManuallyDrop;
     use std::net::{Shutdown, SocketAddr, TcpStream};
     use std::os::fd::FromRawFd;
@@ -728,7 +983,7 @@ fn close_matching_sockets(matches: impl Fn(SocketAddrV4, SocketAddrV4) -> bool) 
         if let (Ok(SocketAddr::V4(local)), Ok(SocketAddr::V4(peer))) =
             (stream.local_addr(), stream.peer_addr())
         {
-            if matches(local, peer) && stream.shutdown(Shutdown::Both).is_ok() {
+            if matches(local, peer) && (!close || stream.shutdown(Shutdown::Both).is_ok()) {
                 closed += 1;
             }
         }
@@ -738,6 +993,9 @@ fn close_matching_sockets(matches: impl Fn(SocketAddrV4, SocketAddrV4) -> bool) 
 
 /// No descriptor scan off Unix: the timeout error then asks to end the process.
 #[cfg(not(unix))]
-fn close_matching_sockets(_matches: impl Fn(SocketAddrV4, SocketAddrV4) -> bool) -> usize {
+fn close_matching_sockets(
+    _matches: impl Fn(SocketAddrV4, SocketAddrV4) -> bool,
+    _close: bool,
+) -> usize {
     0
 }
