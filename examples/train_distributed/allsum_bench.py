@@ -1,12 +1,16 @@
 """MLX Python's peer of `train_distributed --bench`: all_sum bandwidth between ranks, for f32
-tensors of 1 MiB to 256 MiB, timed the same way (median of 3-20 calls, each after a barrier,
-from the call to the end of the evaluation).
+tensors of 1 MiB to 256 MiB (and, with a third argument `small`, of 4 B to 256 KiB first), timed
+the same way (median of the calls, each after a barrier, from the call to the end of the
+evaluation; 100 calls below 1 MiB, 3-20 above).
 
 Started as ranks by burn-mlx's launcher, against the same MLX wheel burn-mlx builds with:
 
     python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.2"
     cargo run --release --example mlx_launch -- -n 2 --env OPENBLAS_NUM_THREADS=1 \
-        /tmp/mlxpy/bin/python examples/train_distributed/allsum_bench.py
+        /tmp/mlxpy/bin/python examples/train_distributed/allsum_bench.py [MIN_MB MAX_MB [small]]
+
+`scripts/allsum_compare.sh` runs this and `train_distributed --bench` in turns and prints the
+comparison.
 """
 
 import sys
@@ -15,10 +19,19 @@ import time
 import mlx.core as mx
 
 
+def size_text(nbytes):
+    if nbytes >= 1 << 20 and nbytes % (1 << 20) == 0:
+        return f"{nbytes >> 20} MiB"
+    if nbytes >= 1 << 10 and nbytes % (1 << 10) == 0:
+        return f"{nbytes >> 10} KiB"
+    return f"{nbytes} B"
+
+
 def main():
     group = mx.distributed.init(strict=True, backend="ring")
     rank, size = group.rank(), group.size()
     low, high = (int(a) for a in sys.argv[1:3]) if len(sys.argv) > 2 else (1, 256)
+    small = len(sys.argv) > 3 and sys.argv[3] == "small"
 
     def barrier():
         mx.eval(mx.distributed.all_sum(mx.array([1], dtype=mx.int32), group=group, stream=mx.cpu))
@@ -26,15 +39,19 @@ def main():
     if rank == 0:
         print(f"MLX {mx.__version__} Python: all_sum of f32 tensors between {size} ranks")
         print(
-            f"{'MiB':>8} {'iters':>6} {'ms (median)':>11} {'ms (min)':>8} {'algbw GB/s':>11} "
-            f"{'busbw GB/s':>11} {'best algbw':>13}"
+            f"{'bytes':>10} {'size':>8} {'iters':>6} {'ms (median)':>11} {'ms (min)':>8} "
+            f"{'algbw GB/s':>11} {'busbw GB/s':>11} {'best algbw':>13}"
         )
-    mb = low
+    sizes = [4, 4 << 10, 64 << 10, 256 << 10] if small else []
+    mb = max(low, 1)
     while mb <= high:
-        n = mb * (1 << 20) // 4
+        sizes.append(mb << 20)
+        mb *= 2
+    for nbytes in sizes:
+        n = nbytes // 4
         x = mx.ones((n,), dtype=mx.float32)
         mx.eval(mx.distributed.all_sum(x, group=group, stream=mx.cpu))
-        iters = min(20, max(3, 256 // mb))
+        iters = 100 if nbytes < 1 << 20 else min(20, max(3, (256 << 20) // nbytes))
         times = []
         for _ in range(iters):
             barrier()
@@ -45,14 +62,14 @@ def main():
             del y
         times.sort()
         median = times[len(times) // 2]
-        algbw = n * 4 / median / 1e9
+        algbw = nbytes / median / 1e9
         busbw = algbw * 2 * (size - 1) / size
         if rank == 0:
             print(
-                f"{mb:>8} {iters:>6} {median * 1e3:>11.2f} {times[0] * 1e3:>8.2f} {algbw:>11.3f} "
-                f"{busbw:>11.3f} {n * 4 / times[0] / 1e9:>13.3f}"
+                f"{nbytes:>10} {size_text(nbytes):>8} {iters:>6} {median * 1e3:>11.3f} "
+                f"{times[0] * 1e3:>8.3f} {algbw:>11.3f} {busbw:>11.3f} "
+                f"{nbytes / times[0] / 1e9:>13.3f}"
             )
-        mb *= 2
     barrier()
 
 

@@ -75,6 +75,10 @@ struct Args {
     /// Seconds each collective may take before the rank fails.
     #[arg(long, default_value_t = 120.0)]
     timeout: f64,
+    /// Skip the agreement check before each collective (`Group::set_check(false)`), to measure
+    /// what it costs.
+    #[arg(long)]
+    no_check: bool,
     /// Measure all_sum bandwidth instead of training.
     #[arg(long)]
     bench: bool,
@@ -84,6 +88,9 @@ struct Args {
     /// Largest all_sum of the benchmark, in MiB.
     #[arg(long, default_value_t = 256)]
     bench_max_mb: usize,
+    /// Also time small all_sums (4 B, 4 KiB, 64 KiB, 256 KiB), the latency of one call.
+    #[arg(long)]
+    bench_small: bool,
 }
 
 /// `per_class` points on each of three spiral arms, with noise, shuffled (deterministic: every
@@ -177,13 +184,15 @@ fn group(args: &Args) -> Result<Group, DistributedError> {
     }
     let group = distributed::InitOptions::new(args.backend)
         .timeout(Duration::from_secs_f64(args.timeout))
+        .check(!args.no_check)
         .init()?;
     let threads = std::env::var("OPENBLAS_NUM_THREADS").unwrap_or_else(|_| "default".into());
     println!(
-        "rank {} of {} ({} backend), OPENBLAS_NUM_THREADS={threads}",
+        "rank {} of {} ({} backend), OPENBLAS_NUM_THREADS={threads}, agreement checks {}",
         group.rank(),
         group.size(),
-        group.backend()
+        group.backend(),
+        if group.check() { "on" } else { "off" }
     );
     Ok(group)
 }
@@ -290,7 +299,17 @@ fn train(args: &Args) -> Result<(), DistributedError> {
     Ok(())
 }
 
-/// all_sum bandwidth between the ranks, for f32 tensors of 1 MiB to `--bench-max-mb` MiB.
+/// `bytes` in words: `4 B`, `64 KiB`, `16 MiB`.
+fn size_text(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// all_sum bandwidth between the ranks, for f32 tensors of `--bench-min-mb` to `--bench-max-mb`
+/// MiB (and, with `--bench-small`, of 4 B to 256 KiB first: the latency of one call).
 fn bench(args: &Args) -> Result<(), DistributedError> {
     let group = group(args)?;
     let (rank, size) = (group.rank(), group.size());
@@ -303,16 +322,35 @@ fn bench(args: &Args) -> Result<(), DistributedError> {
              busbw = algbw * 2 (n - 1) / n, best algbw from the fastest call"
         );
         println!(
-            "{:>8} {:>6} {:>11} {:>8} {:>11} {:>11} {:>13}",
-            "MiB", "iters", "ms (median)", "ms (min)", "algbw GB/s", "busbw GB/s", "best algbw"
+            "{:>10} {:>8} {:>6} {:>11} {:>8} {:>11} {:>11} {:>13}",
+            "bytes",
+            "size",
+            "iters",
+            "ms (median)",
+            "ms (min)",
+            "algbw GB/s",
+            "busbw GB/s",
+            "best algbw"
         );
+    }
+    let mut sizes: Vec<usize> = Vec::new();
+    if args.bench_small {
+        sizes.extend([4, 4 << 10, 64 << 10, 256 << 10]);
     }
     let mut mb = args.bench_min_mb.max(1);
     while mb <= args.bench_max_mb {
-        let n = mb * (1 << 20) / 4;
+        sizes.push(mb << 20);
+        mb *= 2;
+    }
+    for bytes in sizes {
+        let n = bytes / 4;
         let x = Tensor::<Mlx, 1>::ones([n], &device);
         let _ = group.all_sum(x.clone())?; // warm-up (and computes `x`)
-        let iters = (256 / mb).clamp(3, 20);
+        let iters = if bytes < 1 << 20 {
+            100
+        } else {
+            ((256 << 20) / bytes).clamp(3, 20)
+        };
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
             group.barrier()?;
@@ -323,18 +361,17 @@ fn bench(args: &Args) -> Result<(), DistributedError> {
         }
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
-        let bytes = (n * 4) as f64;
-        let algbw = bytes / median / 1e9;
+        let algbw = bytes as f64 / median / 1e9;
         let busbw = algbw * 2.0 * (size as f64 - 1.0) / size as f64;
         if rank == 0 {
             println!(
-                "{mb:>8} {iters:>6} {:>11.2} {:>8.2} {algbw:>11.3} {busbw:>11.3} {:>13.3}",
+                "{bytes:>10} {:>8} {iters:>6} {:>11.3} {:>8.3} {algbw:>11.3} {busbw:>11.3} {:>13.3}",
+                size_text(bytes),
                 median * 1e3,
                 times[0] * 1e3,
-                bytes / times[0] / 1e9
+                bytes as f64 / times[0] / 1e9
             );
         }
-        mb *= 2;
     }
     group.barrier()?;
     Ok(())

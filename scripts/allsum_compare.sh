@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# all_sum bandwidth between local ranks over MLX's ring backend (loopback): burn-mlx
+# (`train_distributed --bench`) against MLX Python's `mx.distributed.all_sum`
+# (`examples/train_distributed/allsum_bench.py`, started by the same launcher), same MLX wheel,
+# same run. The two runners alternate (Burn first in odd rounds, Python first in even ones) so
+# that a shared machine's load falls on both; the table gives, per size, the median over the
+# rounds of each run's median call time, and the ratio Burn / Python of the bandwidths.
+#
+#   scripts/allsum_compare.sh                       # 5 rounds, 1 to 256 MiB, 2 ranks
+#   ROUNDS=9 MIN_MB=1 MAX_MB=64 SMALL=1 scripts/allsum_compare.sh  # also 4 B to 256 KiB
+#
+# MLX Python: the `mlx[cpu]` wheel of the version burn-mlx builds with (MLX 0.32.2), in a venv:
+#   python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.2"
+# MLXPY names that venv's python (default /tmp/mlxpy/bin/python). Every rank gets
+# OPENBLAS_NUM_THREADS=1 (2 ranks on a 2-core machine); RANKS, ROUNDS, MIN_MB, MAX_MB, SMALL
+# (1: also the small sizes, the latency of one call) as above.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${MLXPY:-/tmp/mlxpy/bin/python}
+rounds=${ROUNDS:-5}
+min_mb=${MIN_MB:-1}
+max_mb=${MAX_MB:-256}
+ranks=${RANKS:-2}
+small_burn=()
+small_py=()
+if [ "${SMALL:-0}" = 1 ]; then
+    small_burn=(--bench-small)
+    small_py=(small)
+fi
+"$py" -c 'import mlx.core' 2>/dev/null || {
+    echo "allsum_compare.sh: $py cannot import mlx.core; create the venv (see the top of this script)" >&2
+    exit 1
+}
+cargo build --release --example train_distributed --example mlx_launch >&2
+bin=target/release/examples
+export OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+run_burn() {
+    "$bin/train_distributed" --ranks "$ranks" --bench --bench-min-mb "$min_mb" \
+        --bench-max-mb "$max_mb" "${small_burn[@]}" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
+    # Rank 0's table rows: bytes, size (2 words), iters, median ms, min ms, ...
+    awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "burn", $3, $7, $8 }' "$tmp/out"
+}
+run_python() {
+    "$bin/mlx_launch" -n "$ranks" "$py" examples/train_distributed/allsum_bench.py \
+        "$min_mb" "$max_mb" "${small_py[@]}" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
+    awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "python", $3, $7, $8 }' "$tmp/out"
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+version=$("$py" -c 'import mlx.core as mx; print(mx.__version__)')
+for round in $(seq 1 "$rounds"); do
+    echo "round $round of $rounds (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    if [ $((round % 2)) -eq 1 ]; then
+        run_burn >>"$tmp/rows"
+        run_python >>"$tmp/rows"
+    else
+        run_python >>"$tmp/rows"
+        run_burn >>"$tmp/rows"
+    fi
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo "all_sum of f32 tensors between $ranks ranks (ring, loopback, OPENBLAS_NUM_THREADS=1 per rank),"
+echo "MLX $version; $rounds rounds, runners alternating; $(nproc) cores; load average (1, 5, 15 min)"
+echo "$load_before before, $load_after after. Per size: the median over the rounds of each run's"
+echo "median call (ms), the fastest call seen (ms), bandwidth = bytes / median time, and"
+echo "Burn / Python = Python's time / Burn's."
+echo
+echo "| size | Burn ms | Python ms | Burn fastest | Python fastest | Burn GB/s | Python GB/s | Burn / Python |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+awk '
+function median(list,   a, n, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{
+    med[$1, $2] = med[$1, $2] " " $3
+    if (!(($1, $2) in best) || $4 < best[$1, $2]) best[$1, $2] = $4
+    sizes[$2] = 1
+}
+END {
+    n = 0
+    for (s in sizes) order[++n] = s + 0
+    for (i = 2; i <= n; i++) { t = order[i]; for (j = i - 1; j >= 1 && order[j] > t; j--) order[j + 1] = order[j]; order[j + 1] = t }
+    for (i = 1; i <= n; i++) {
+        s = order[i]
+        if (!(("burn", s) in med) || !(("python", s) in med)) continue
+        b = median(med["burn", s]); p = median(med["python", s])
+        if (s >= 1048576 && s % 1048576 == 0) label = (s / 1048576) " MiB"
+        else if (s >= 1024 && s % 1024 == 0) label = (s / 1024) " KiB"
+        else label = s " B"
+        printf "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f |\n", label, b, p, best["burn", s], best["python", s], s / b / 1e6, s / p / 1e6, p / b
+    }
+}' "$tmp/rows"
