@@ -79,6 +79,10 @@ struct Args {
     /// what it costs.
     #[arg(long)]
     no_check: bool,
+    /// Train as one process without setting a group up (no `distributed::init`), to measure
+    /// what the group costs a single process.
+    #[arg(long, conflicts_with_all = ["ranks", "bench"])]
+    no_group: bool,
     /// Measure all_sum bandwidth instead of training.
     #[arg(long)]
     bench: bool,
@@ -176,12 +180,17 @@ fn launch_ranks(args: &Args) -> i32 {
     }
 }
 
-/// Sets the group up with the example's timeout.
-fn group(args: &Args) -> Result<Group, DistributedError> {
+/// Ends the program when `--device` is not usable here.
+fn check_device(args: &Args) {
     if let Err(e) = MlxDevice::from(args.device).check() {
         eprintln!("error: {e}");
         std::process::exit(2);
     }
+}
+
+/// Sets the group up with the example's timeout.
+fn group(args: &Args) -> Result<Group, DistributedError> {
+    check_device(args);
     let group = distributed::InitOptions::new(args.backend)
         .timeout(Duration::from_secs_f64(args.timeout))
         .check(!args.no_check)
@@ -199,8 +208,15 @@ fn group(args: &Args) -> Result<Group, DistributedError> {
 
 /// The training run.
 fn train(args: &Args) -> Result<(), DistributedError> {
-    let group = group(args)?;
-    let (rank, size) = (group.rank(), group.size());
+    let group = if args.no_group {
+        check_device(args);
+        let threads = std::env::var("OPENBLAS_NUM_THREADS").unwrap_or_else(|_| "default".into());
+        println!("one process, no group (--no-group), OPENBLAS_NUM_THREADS={threads}");
+        None
+    } else {
+        Some(group(args)?)
+    };
+    let (rank, size) = group.as_ref().map_or((0, 1), |g| (g.rank(), g.size()));
     let device = MlxDevice::from(args.device);
     if !args.batch.is_multiple_of(size) {
         return Err(DistributedError::Invalid {
@@ -235,12 +251,10 @@ fn train(args: &Args) -> Result<(), DistributedError> {
 
     Train::seed(&device, 1 + rank as u64);
     let reducer = GradientAllReduce::new();
-    let mut model = ddp::broadcast_module(
-        &group,
-        &reducer,
-        Mlp::<Train>::new(2, args.hidden, 3, &device),
-        0,
-    )?;
+    let mut model = Mlp::<Train>::new(2, args.hidden, 3, &device);
+    if let Some(group) = &group {
+        model = ddp::broadcast_module(group, &reducer, model, 0)?;
+    }
     let mut optim = AdamConfig::new().init::<Train, Mlp<Train>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
 
@@ -259,10 +273,16 @@ fn train(args: &Args) -> Result<(), DistributedError> {
         let logits = model.forward(x_all.clone().select(0, idx.clone()));
         let loss = loss_fn.forward(logits, y_all.clone().select(0, idx));
         let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let grads = ddp::all_reduce_gradients(&group, &reducer, &model, grads)?;
+        let grads = match &group {
+            Some(group) => ddp::all_reduce_gradients(group, &reducer, &model, grads)?,
+            None => grads,
+        };
         model = optim.step(args.lr, model, grads);
         if step % 50 == 0 || step + 1 == args.steps {
-            let global = group.all_sum(loss.inner())?;
+            let global = match &group {
+                Some(group) => group.all_sum(loss.inner())?,
+                None => loss.inner(),
+            };
             let global: f32 = global.into_scalar().elem::<f32>() / size as f32;
             if rank == 0 {
                 println!("step {step:>5}  loss {global:.4} (mean over ranks)");
@@ -279,12 +299,18 @@ fn train(args: &Args) -> Result<(), DistributedError> {
         samples / seconds
     );
     // Global throughput: every rank's samples over the slowest rank's time.
-    let stats = Tensor::<Mlx, 1>::from_floats([samples as f32], &device);
-    let total: f32 = group.all_sum(stats)?.into_scalar().elem();
-    let slowest: f32 = group
-        .all_max(Tensor::<Mlx, 1>::from_floats([seconds as f32], &device))?
-        .into_scalar()
-        .elem();
+    let (total, slowest) = match &group {
+        Some(group) => {
+            let stats = Tensor::<Mlx, 1>::from_floats([samples as f32], &device);
+            let total: f32 = group.all_sum(stats)?.into_scalar().elem();
+            let slowest: f32 = group
+                .all_max(Tensor::<Mlx, 1>::from_floats([seconds as f32], &device))?
+                .into_scalar()
+                .elem();
+            (total, slowest)
+        }
+        None => (samples as f32, seconds as f32),
+    };
     if rank == 0 {
         println!(
             "global: {size} rank(s), {:.0} samples/s ({:.1} ms per global step of {})",
@@ -295,7 +321,9 @@ fn train(args: &Args) -> Result<(), DistributedError> {
         let acc = accuracy(&model.valid(), &points, &labels, &device);
         println!("accuracy on all {} points: {acc:.1}%", labels.len());
     }
-    group.barrier()?;
+    if let Some(group) = &group {
+        group.barrier()?;
+    }
     Ok(())
 }
 
