@@ -4,7 +4,8 @@
 # (`examples/train_distributed/allsum_bench.py`, started by the same launcher), same MLX wheel,
 # same run. The two runners alternate (Burn first in odd rounds, Python first in even ones) so
 # that a shared machine's load falls on both; the table gives, per size, the median over the
-# rounds of each run's median call time, and the ratio Burn / Python of the bandwidths.
+# rounds of each run's median call time, the ratio Burn / Python of the bandwidths, and the
+# median of the rounds' own ratios (each round's two runs saw about the same load).
 #
 #   scripts/allsum_compare.sh                       # 5 rounds, 1 to 256 MiB, 2 ranks
 #   ROUNDS=9 MIN_MB=1 MAX_MB=64 SMALL=1 scripts/allsum_compare.sh  # also 4 B to 256 KiB
@@ -41,12 +42,12 @@ run_burn() {
     "$bin/train_distributed" --ranks "$ranks" --bench --bench-min-mb "$min_mb" \
         --bench-max-mb "$max_mb" "${small_burn[@]}" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
     # Rank 0's table rows: bytes, size (2 words), iters, median ms, min ms, ...
-    awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "burn", $3, $7, $8 }' "$tmp/out"
+    awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "burn", $3, $7, $8, r }' r="$round" "$tmp/out"
 }
 run_python() {
     "$bin/mlx_launch" -n "$ranks" "$py" examples/train_distributed/allsum_bench.py \
         "$min_mb" "$max_mb" "${small_py[@]}" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
-    awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "python", $3, $7, $8 }' "$tmp/out"
+    awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "python", $3, $7, $8, r }' r="$round" "$tmp/out"
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -66,10 +67,11 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "all_sum of f32 tensors between $ranks ranks (ring, loopback, OPENBLAS_NUM_THREADS=1 per rank),"
 echo "MLX $version; $rounds rounds, runners alternating; $(nproc) cores; load average (1, 5, 15 min)"
 echo "$load_before before, $load_after after. Per size: the median over the rounds of each run's"
-echo "median call (ms), the fastest call seen (ms), bandwidth = bytes / median time, and"
-echo "Burn / Python = Python's time / Burn's."
+echo "median call (ms) and the bandwidth it gives (bytes / time); Burn / Python = Python's time /"
+echo "Burn's; paired = the median over the rounds of that round's own ratio; fastest = the fastest"
+echo "single call of all rounds (ms)."
 echo
-echo "| size | Burn ms | Python ms | Burn fastest | Python fastest | Burn GB/s | Python GB/s | Burn / Python |"
+echo "| size | Burn ms | Python ms | Burn GB/s | Python GB/s | Burn / Python | paired | fastest Burn / Python |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 awk '
 function median(list,   a, n, i, j, t) {
@@ -81,6 +83,8 @@ function median(list,   a, n, i, j, t) {
     med[$1, $2] = med[$1, $2] " " $3
     if (!(($1, $2) in best) || $4 < best[$1, $2]) best[$1, $2] = $4
     sizes[$2] = 1
+    run[$1, $2, $5] = $3
+    rounds[$5] = 1
 }
 END {
     n = 0
@@ -90,9 +94,13 @@ END {
         s = order[i]
         if (!(("burn", s) in med) || !(("python", s) in med)) continue
         b = median(med["burn", s]); p = median(med["python", s])
+        ratios = ""
+        for (r in rounds)
+            if ((("burn", s, r) in run) && (("python", s, r) in run) && run["burn", s, r] > 0)
+                ratios = ratios " " run["python", s, r] / run["burn", s, r]
         if (s >= 1048576 && s % 1048576 == 0) label = (s / 1048576) " MiB"
         else if (s >= 1024 && s % 1024 == 0) label = (s / 1024) " KiB"
         else label = s " B"
-        printf "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f |\n", label, b, p, best["burn", s], best["python", s], s / b / 1e6, s / p / 1e6, p / b
+        printf "| %s | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f / %.3f |\n", label, b, p, s / b / 1e6, s / p / 1e6, p / b, median(ratios), best["burn", s], best["python", s]
     }
 }' "$tmp/rows"
