@@ -104,3 +104,21 @@ pub(crate) fn supported_scheme(scheme: &QuantScheme) -> bool {
         }
     )
 }
+
+/// Whether Burn's `attention` op on backend `B` takes keys and values with fewer heads than the
+/// query, as long as their number divides the query's (grouped-query attention: query head `i`
+/// attends with key/value head `i / (query heads / key heads)`).
+///
+/// True for [`Mlx`], whose `attention` hands grouped heads to MLX's attention kernels as they
+/// are; false for every other backend, including `Autodiff<Mlx>` (Burn's autodiff computes
+/// attention from matmuls, which need equal heads). Generic model code can ask this to skip
+/// repeating the key/value heads:
+///
+/// ```
+/// use burn_mlx::{supports_grouped_kv_heads, Mlx};
+/// assert!(supports_grouped_kv_heads::<Mlx>());
+/// assert!(!supports_grouped_kv_heads::<burn_autodiff::Autodiff<Mlx>>());
+/// ```
+pub fn supports_grouped_kv_heads<B: Backend>() -> bool {
+    std::any::TypeId::of::<B>() == std::any::TypeId::of::<Mlx>()
+}

@@ -33,7 +33,7 @@ mod tensor;
 mod trace;
 
 pub use api::{MlxElement, MlxOps, MlxTyped};
-pub use backend::Mlx;
+pub use backend::{supports_grouped_kv_heads, Mlx};
 pub use compile::{compile, compile_float, Compiled, CompiledFloat};
 pub use device::MlxDevice;
 pub use error::MlxError;

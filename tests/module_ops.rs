@@ -733,6 +733,9 @@ fn interpolate_forward_and_grads() {
 struct Attn {
     b: usize,
     h: usize,
+    /// Key/value heads (0: as many as `h`). Fewer is grouped-query attention, which `Mlx` takes
+    /// as it is and the reference gets with the heads repeated.
+    kv_h: usize,
     lq: usize,
     lk: usize,
     d: usize,
@@ -759,9 +762,20 @@ impl Attn {
         Option<Tensor<B, 4>>,
         AttentionModuleOptions,
     ) {
+        let kv_h = if self.kv_h == 0 { self.h } else { self.kv_h };
         let q = ctx.f([self.b, self.h, self.lq, self.d], (-1.0, 1.0));
-        let k = ctx.f([self.b, self.h, self.lk, self.d], (-1.0, 1.0));
-        let v = ctx.f([self.b, self.h, self.lk, self.dv], (-1.0, 1.0));
+        let k: Tensor<B, 4> = ctx.f([self.b, kv_h, self.lk, self.d], (-1.0, 1.0));
+        let v: Tensor<B, 4> = ctx.f([self.b, kv_h, self.lk, self.dv], (-1.0, 1.0));
+        let repeat = |x: Tensor<B, 4>| {
+            let [b, kh, t, d] = x.dims();
+            if !ctx.is_ref || kh == self.h {
+                return x;
+            }
+            x.unsqueeze_dim::<5>(2)
+                .expand([b, kh, self.h / kh, t, d])
+                .reshape([b, self.h, t, d])
+        };
+        let (k, v) = (repeat(k), repeat(v));
         let mask = self.mask.then(|| {
             let shape = [self.b, self.h, self.lq, self.lk];
             let mut data = rand_b(&shape, 0.3, ctx.seed());
@@ -809,6 +823,7 @@ fn attn_cases() -> Vec<Attn> {
     let base = Attn {
         b: 2,
         h: 3,
+        kv_h: 0,
         lq: 5,
         lk: 7,
         d: 8,
@@ -902,6 +917,46 @@ fn attn_cases() -> Vec<Attn> {
 #[test]
 fn attention_forward() {
     sweep("attention", &attn_cases(), &[DType::F32], TOL);
+}
+
+/// Grouped-query attention (key/value heads dividing the query heads), forward only: Burn's
+/// autodiff computes attention from matmuls, which need equal heads.
+#[test]
+fn attention_grouped_heads() {
+    let base = Attn {
+        h: 6,
+        kv_h: 2,
+        ..attn_cases()[0].clone()
+    };
+    let cases = vec![
+        base.clone(),
+        Attn {
+            causal: true,
+            lq: 7,
+            ..base.clone()
+        },
+        Attn {
+            mask: true,
+            bias: true,
+            ..base.clone()
+        },
+        Attn {
+            softcap: Some(2.0),
+            causal: true,
+            ..base.clone()
+        },
+        Attn {
+            lq: 1,
+            kv_h: 3,
+            ..base.clone()
+        },
+        Attn {
+            lq: 2,
+            kv_h: 1,
+            ..base
+        },
+    ];
+    sweep("attention_grouped", &cases, &[DType::F32], TOL);
 }
 
 #[test]

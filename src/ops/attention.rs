@@ -52,6 +52,24 @@ fn few_queries(q: &Array, k: &Array, v: &Array, scale: f32) -> Res {
     Ok(out.reshape(&[b, h, s, v.shape()[3]])?)
 }
 
+/// `kv` (`[b, h, t, d]`) with each head repeated to `heads` heads, in the grouped-query order
+/// (query head `i` reads key/value head `i / (heads / h)`).
+fn repeat_heads(kv: &Array, heads: i32) -> Res {
+    let s = kv.shape().to_vec();
+    if s[1] == heads {
+        return Ok(kv.clone());
+    }
+    let groups = heads / s[1];
+    Ok(ops::broadcast_to(
+        kv.reshape(&[s[0], s[1], 1, s[2], s[3]])?,
+        &[s[0], s[1], groups, s[2], s[3]],
+    )?
+    .reshape(&[s[0], heads, s[2], s[3]])?)
+}
+
+/// Burn's attention op on `Mlx`. Unlike Burn's reference, the key and value may have fewer
+/// heads than the query, as long as they divide it (grouped-query attention, MLX's native form):
+/// see [`crate::supports_grouped_kv_heads`].
 pub(super) fn attention(
     query: MlxTensor,
     key: MlxTensor,
@@ -79,6 +97,17 @@ pub(super) fn attention(
             return Err("attention expects [batch, heads, seq, dim] tensors"
                 .to_string()
                 .into());
+        }
+        let (q_heads, kv_heads) = (q.shape()[1], k.shape()[1]);
+        if v.shape()[1] != kv_heads || kv_heads == 0 || q_heads % kv_heads != 0 {
+            return Err(format!(
+                "attention: key and value need the same number of heads, dividing the query's \
+                 (grouped-query attention), got query {:?}, key {:?}, value {:?}",
+                q.shape(),
+                k.shape(),
+                v.shape()
+            )
+            .into());
         }
         let dtype = q.dtype();
         let head_dim = q.shape()[3];
@@ -116,6 +145,7 @@ pub(super) fn attention(
         }
 
         let out = if let Some(softcap) = options.softcap {
+            let (k, v) = (&repeat_heads(k, q_heads)?, &repeat_heads(v, q_heads)?);
             let scores =
                 q.matmul(k.swap_axes(2, 3)?)?
                     .multiply(float_const(&[scale], &[], dtype)?)?;
