@@ -29,6 +29,7 @@ mod dtype;
 mod error;
 pub(crate) mod ffi;
 mod ops;
+pub mod quant;
 mod tensor;
 mod trace;
 

@@ -697,3 +697,310 @@ fn tokenizer_round_trip_streams_text() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- Quantized weights (issue 22 item 6): `burn_mlx::quant` and `Llm::quantize`. ----
+
+use burn_mlx::quant::{quant_scheme, QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
+use burn_tensor::Distribution;
+
+/// Burn's symmetric block quantization of `w` (`[out, in]`, row-major), computed on the host in
+/// f32 exactly as Burn defines it: per group of `group` values, `s = 2·max|x| / (b − a)` (0 read
+/// as 0.1) and `q = clamp(round(x / s), a, b)` (halves away from zero). Returns `(q, s)`.
+fn host_quantize(w: &[f32], group: usize, bits: QuantBits) -> (Vec<f32>, Vec<f32>) {
+    let (a, b) = bits.value().range();
+    let mut q = Vec::with_capacity(w.len());
+    let mut scales = Vec::with_capacity(w.len() / group);
+    for g in w.chunks(group) {
+        let amax = g.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let s = (amax * 2.0) / (b - a);
+        let s = if s == 0.0 { 0.1 } else { s };
+        q.extend(g.iter().map(|x| (x / s).round().clamp(a, b)));
+        scales.push(s);
+    }
+    (q, scales)
+}
+
+fn host_values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.cast(DType::F32)
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .expect("f32 values")
+}
+
+/// `x · Wᵀ` through `QuantizedMatrix` against the dequantized weights multiplied on the host in
+/// f64, for `x` of `rows` rows (few: MLX's quantized matmul; many: the CPU's dequantize + BLAS).
+fn check_quantized_matmul<B: Backend>(
+    device: &B::Device,
+    bits: QuantBits,
+    dtype: DType,
+    label: &str,
+) {
+    let (out, input, group) = (48, 192, DEFAULT_GROUP_SIZE);
+    let weight =
+        Tensor::<B, 2>::random([out, input], Distribution::Normal(0.0, 0.5), device).cast(dtype);
+    let w_host = host_values(weight.clone());
+    let (q, s) = host_quantize(&w_host, group, bits);
+    let matrix = QuantizedMatrix::quantize(weight, bits, group).unwrap();
+    assert_eq!(matrix.dims(), [out, input]);
+    let is_mlx = std::any::TypeId::of::<B>() == std::any::TypeId::of::<Mlx>();
+    assert_eq!(
+        matrix.is_mlx_packed(),
+        is_mlx,
+        "{label}: MLX's packed form on Mlx only"
+    );
+    assert_eq!(matrix.dtype(), dtype);
+
+    // The stored matrix is Burn's quantization: s·q for every value, up to the f32 rounding of
+    // MLX's `s·u + bias` (u = q + 2^(bits-1), at most 2^-24·255·s) and of the cast to `dtype`.
+    let deq = host_values(matrix.dequantize().unwrap());
+    let half_ulp = if dtype == DType::F32 {
+        0.0
+    } else {
+        2f32.powi(-8)
+    };
+    for (k, (&d, &qk)) in deq.iter().zip(&q).enumerate() {
+        let want = qk * s[k / group];
+        let tol = 2f32.powi(-15) * s[k / group] + half_ulp * want.abs();
+        assert!(
+            (d - want).abs() <= tol,
+            "{label}: dequantized [{}, {}] = {d}, Burn's quantization gives {want} (q {qk}, s {})",
+            k / input,
+            k % input,
+            s[k / group]
+        );
+    }
+
+    for rows in [1, 3, 24] {
+        let x = Tensor::<B, 3>::random([1, rows, input], Distribution::Normal(0.0, 1.0), device)
+            .cast(dtype);
+        let x_host = host_values(x.clone());
+        let y = matrix.matmul_t(x).unwrap();
+        assert_eq!(y.dims(), [1, rows, out]);
+        assert_eq!(y.dtype(), dtype, "{label}: result dtype");
+        let y = host_values(y);
+        for r in 0..rows {
+            for o in 0..out {
+                let (mut dot, mut abs_xw, mut abs_xs) = (0f64, 0f64, 0f64);
+                for j in 0..input {
+                    let xj = x_host[r * input + j] as f64;
+                    let sj = s[(o * input + j) / group] as f64;
+                    let wj = q[o * input + j] as f64 * sj;
+                    dot += xj * wj;
+                    abs_xw += (xj * wj).abs();
+                    abs_xs += xj.abs() * sj;
+                }
+                // f32 rounding: the weights as MLX forms them (2^-15·s each, see above) and a
+                // 192-term f32 sum (below 2^-16 relative); then the rounding to `dtype`.
+                let tol =
+                    2f64.powi(-15) * abs_xs + 2f64.powi(-16) * abs_xw + half_ulp as f64 * dot.abs();
+                let got = y[r * out + o] as f64;
+                assert!(
+                    (got - dot).abs() <= tol,
+                    "{label}, {rows} rows: y[{r}, {o}] = {got}, dequantize-then-matmul gives {dot} \
+                     (tolerance {tol:.3e})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_matmul_matches_dequantize_then_matmul() {
+    let device = MlxDevice::Cpu;
+    for bits in [QuantBits::Q8, QuantBits::Q4] {
+        for dtype in [DType::F32, DType::BF16] {
+            let label = format!("mlx {bits} {dtype:?}");
+            check_quantized_matmul::<Mlx>(&device, bits, dtype, &label);
+        }
+        // The fallback of other backends: the same quantization, kept dequantized.
+        check_quantized_matmul::<NdArray>(
+            &NdArrayDevice::Cpu,
+            bits,
+            DType::F32,
+            &format!("ndarray {bits}"),
+        );
+    }
+}
+
+#[test]
+fn quantization_errors_are_clear() {
+    let device = MlxDevice::Cpu;
+    let w = |dims: [usize; 2]| Tensor::<Mlx, 2>::ones(dims, &device);
+    // `in` not a multiple of the group size.
+    let err = QuantizedMatrix::quantize(w([64, 96]), QuantBits::Q4, 64).unwrap_err();
+    assert_mentions(
+        &err.to_string(),
+        &["QuantizedMatrix::quantize", "[64, 96]", "64"],
+    );
+    // A group size MLX's quantized matmul does not take.
+    let err = QuantizedMatrix::quantize(w([64, 96]), QuantBits::Q8, 48).unwrap_err();
+    assert_mentions(&err.to_string(), &["group size 48", "32, 64 or 128"]);
+    assert!(quant_scheme(QuantBits::Q8, 256).is_err());
+    // An input whose last dimension is not the matrix's `in`.
+    let m = QuantizedMatrix::quantize(w([32, 128]), QuantBits::Q8, 64).unwrap();
+    let err = m
+        .matmul_t(Tensor::<Mlx, 2>::ones([2, 64], &device))
+        .unwrap_err();
+    assert_mentions(&err.to_string(), &["matmul_t", "[2, 64]", "[32, 128]"]);
+    // Burn tensors whose quantization does not map onto MLX's format, or that are not quantized.
+    let per_tensor = burn_tensor::quantization::QuantScheme::default()
+        .with_value(burn_tensor::quantization::QuantValue::Q8S)
+        .with_store(burn_tensor::quantization::QuantStore::Native);
+    let err =
+        QuantizedMatrix::from_quantized(w([32, 128]).quantize_dynamic(&per_tensor), DType::F32)
+            .unwrap_err();
+    assert_mentions(&err.to_string(), &["from_quantized", "Tensor"]);
+    let err = QuantizedMatrix::from_quantized(w([32, 128]), DType::F32).unwrap_err();
+    assert_mentions(&err.to_string(), &["from_quantized", "not quantized"]);
+    // Burn's own quantized tensor (block scheme of 64) converts, and multiplies like `quantize`.
+    let scheme = quant_scheme(QuantBits::Q4, 64).unwrap();
+    let weight = Tensor::<Mlx, 2>::random([32, 128], Distribution::Normal(0.0, 1.0), &device);
+    let from_burn =
+        QuantizedMatrix::from_quantized(weight.clone().quantize_dynamic(&scheme), DType::F32)
+            .unwrap();
+    let direct = QuantizedMatrix::quantize(weight, QuantBits::Q4, 64).unwrap();
+    let x = Tensor::<Mlx, 2>::random([1, 128], Distribution::Normal(0.0, 1.0), &device);
+    let diff = max_diff(
+        "from_quantized",
+        &rows(from_burn.matmul_t(x.clone()).unwrap()),
+        &rows(direct.matmul_t(x).unwrap()),
+    );
+    assert_eq!(diff, 0.0, "the same quantization, the same product");
+
+    // A model whose hidden size is not a multiple of 64.
+    let mut config = LlmConfig::preset("small").unwrap();
+    (config.hidden_size, config.num_layers, config.vocab_size) = (48, 1, 64);
+    (config.num_heads, config.num_kv_heads, config.head_dim) = (2, 1, 24);
+    let model = Llm::<Mlx>::random(config, &device, DType::F32).unwrap();
+    let err = model.quantize(QuantBits::Q4).unwrap_err().to_string();
+    assert_mentions(&err, &["hidden size 48", "group size 64", "[64, 48]"]);
+}
+
+/// The largest absolute logit.
+fn max_abs(rows: &[Vec<f32>]) -> f32 {
+    rows.iter().flatten().fold(0f32, |m, x| m.max(x.abs()))
+}
+
+/// A fixture model quantized to `bits`: prefill logits against the f32 model's, greedy tokens,
+/// and cached decoding (MLX's quantized matmul, one row) against a full recompute (several rows).
+/// Returns whether the greedy tokens equal the f32 model's.
+fn check_quantized_fixture(name: &str, bits: QuantBits) -> bool {
+    let device = MlxDevice::Cpu;
+    let reference = reference(name);
+    let prompt = &reference.prompt;
+    let n = prompt.len();
+    let dense = load_model::<Mlx>(&fixture(name), &device, DType::F32).unwrap();
+    let layers = dense.config().num_layers;
+    let mut cache = dense.new_cache(n);
+    let want = rows(dense.forward(prompt, &mut cache, Logits::All).unwrap());
+    let dense_bytes = dense.weight_bytes();
+    let model = dense.quantize(bits).unwrap();
+    let report = model.quantization();
+    println!("{name} {bits}: {}", report.summary());
+    // The fixtures' MLP is 96 wide: down_proj ([64, 96]) stays f32 in every layer, the rest
+    // (q, k, v, o, gate, up, the embedding, and lm_head when untied) is quantized.
+    assert_eq!(report.kept.len(), layers, "{name}: {:?}", report.kept);
+    assert!(report
+        .kept
+        .iter()
+        .all(|(n, d)| n.ends_with("down_proj") && *d == [64, 96]));
+    assert!(model.weight_bytes() < dense_bytes);
+
+    // Prefill logits. Each weight moves by at most half a step, s/2 = max|w_group| / (2·qmax):
+    // δ = 1/(2·qmax) of its group's largest value (1/254 for q8, 1/14 for q4). A token's logits
+    // go through P = 2 + 4·layers quantized products in sequence (embedding; q/k/v, o, gate/up
+    // and down per layer; lm_head), and to first order each adds at most δ of its output's scale,
+    // so the bound is P·δ·max|logits|.
+    let qmax = bits.value().range().1;
+    let delta = 1.0 / (2.0 * qmax);
+    let path = (2 + 4 * layers) as f32;
+    let bound = path * delta * max_abs(&want);
+    let mut cache = model.new_cache(n);
+    let got = rows(model.forward(prompt, &mut cache, Logits::All).unwrap());
+    let diff = max_diff("quantized prefill", &got, &want);
+    println!(
+        "{name} {bits}: prefill logits max |diff| vs f32 {diff:.3e} (bound P·δ·max|logits| = \
+         {bound:.3e}, max|logits| {:.3e}, {:.3} of the bound)",
+        max_abs(&want),
+        diff / bound
+    );
+    assert!(
+        diff <= bound,
+        "{name} {bits}: prefill logits differ by {diff} > {bound}"
+    );
+
+    // Greedy tokens, and cached decoding against a full recompute (f32 rounding only: both use
+    // the same quantized weights).
+    let steps = reference.greedy.len();
+    let mut cache = model.new_cache(n + steps);
+    let mut options = GenerateOptions {
+        max_tokens: steps,
+        stop_tokens: &[],
+        sampler: Sampler::greedy(),
+        device_memory: None,
+    };
+    let (tokens, _) = generate(&model, &mut cache, prompt, &mut options, &mut |_| Ok(())).unwrap();
+    let same = tokens == reference.greedy;
+    println!(
+        "{name} {bits}: greedy {tokens:?} ({} f32's)",
+        if same { "equal to" } else { "differs from" }
+    );
+    let mut sequence = prompt.clone();
+    sequence.extend(&tokens[..steps - 1]);
+    let mut cache = model.new_cache(sequence.len());
+    let mut cached = rows(model.forward(prompt, &mut cache, Logits::Last).unwrap());
+    for &t in &tokens[..steps - 1] {
+        cached.extend(rows(model.forward(&[t], &mut cache, Logits::Last).unwrap()));
+    }
+    let mut full_cache = model.new_cache(sequence.len());
+    let full = rows(
+        model
+            .forward(&sequence, &mut full_cache, Logits::All)
+            .unwrap(),
+    );
+    let diff = max_diff("quantized decode", &cached, &full[n - 1..]);
+    println!("{name} {bits}: cached decode vs full recompute max |diff| {diff:.3e}");
+    assert!(
+        diff <= TOL,
+        "{name} {bits}: cached decode differs by {diff}"
+    );
+    same
+}
+
+#[test]
+fn quantized_fixtures_stay_close_to_f32() {
+    for name in ["qwen3", "llama"] {
+        let q8_same = check_quantized_fixture(name, QuantBits::Q8);
+        check_quantized_fixture(name, QuantBits::Q4);
+        println!("{name}: q8 greedy tokens equal f32's: {q8_same}");
+    }
+}
+
+/// Prefill logits of a fixture quantized to `bits` on `B`.
+fn quantized_prefill<B: Backend>(name: &str, bits: QuantBits, device: &B::Device) -> Vec<Vec<f32>> {
+    let prompt = reference(name).prompt;
+    let model = load_model::<B>(&fixture(name), device, DType::F32)
+        .unwrap()
+        .quantize(bits)
+        .unwrap();
+    let mut cache = model.new_cache(prompt.len());
+    rows(model.forward(&prompt, &mut cache, Logits::All).unwrap())
+}
+
+#[test]
+fn quantized_fixtures_agree_across_backends() {
+    // Other backends compute with the same quantization, dequantized: the logits agree with
+    // MLX's quantized matmul up to f32 rounding.
+    for name in ["qwen3", "llama"] {
+        let mlx = quantized_prefill::<Mlx>(name, QuantBits::Q4, &MlxDevice::Cpu);
+        let ndarray = quantized_prefill::<NdArray>(name, QuantBits::Q4, &NdArrayDevice::Cpu);
+        let flex = quantized_prefill::<Flex>(name, QuantBits::Q4, &FlexDevice);
+        let (d_nd, d_flex) = (
+            max_diff("ndarray", &ndarray, &mlx),
+            max_diff("flex", &flex, &mlx),
+        );
+        println!("{name} q4: prefill logits vs mlx: ndarray {d_nd:.3e}, flex {d_flex:.3e}");
+        assert!(d_nd <= TOL && d_flex <= TOL, "{name} q4: backends disagree");
+    }
+}

@@ -91,6 +91,10 @@ pub enum LlmError {
     /// A request the model cannot serve (token id out of the vocabulary, context full, ...).
     #[error("{0}")]
     Input(String),
+    /// Quantizing the weights, or a product with quantized weights, failed (the message names
+    /// the op and the shapes).
+    #[error("quantized weights: {0}")]
+    Quantized(#[from] burn_mlx::MlxError),
 }
 
 /// Shorthand for results of this example.

@@ -7,6 +7,7 @@
 //! cargo run --release --example llm -- --model DIR --prompt "..." --temp 0.7 --top-p 0.9 --seed 1
 //! cargo run --release --example llm -- --bench --preset qwen3-0.6b --dtype bf16
 //! cargo run --release --example llm -- --bench --preset small --backend ndarray
+//! cargo run --release --example llm -- --bench --preset small --quantize q4
 //! ```
 //!
 //! `DIR` is a Hugging Face model folder: `config.json`, `model.safetensors` (or shards with
@@ -14,6 +15,8 @@
 //! they are generated, then one summary line (prompt and generated tokens, time to first token,
 //! prefill and decode tokens/s, peak memory). `--bench` builds a preset shape with random weights
 //! instead, needs no files, and prints the same line after a warm-up run of the same length.
+//! `--quantize q8|q4` quantizes the weight matrices (groups of 64) into MLX's affine format and
+//! multiplies through MLX's quantized matmul (see `Llm::quantize` and `burn_mlx::quant`).
 
 #[path = "mod.rs"]
 mod llm;
@@ -22,6 +25,7 @@ mod llm;
 #[allow(deprecated)]
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
+use burn_mlx::quant::QuantBits;
 use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_tensor::backend::Backend;
@@ -86,6 +90,24 @@ impl From<DTypeArg> for DType {
     }
 }
 
+/// Weight quantization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum QuantizeArg {
+    /// 8 bits per weight, groups of 64.
+    Q8,
+    /// 4 bits per weight, groups of 64.
+    Q4,
+}
+
+impl From<QuantizeArg> for QuantBits {
+    fn from(q: QuantizeArg) -> Self {
+        match q {
+            QuantizeArg::Q8 => QuantBits::Q8,
+            QuantizeArg::Q4 => QuantBits::Q4,
+        }
+    }
+}
+
 /// Generate text with a Llama/Qwen3 model in Burn (MLX backend by default).
 #[derive(Debug, Parser)]
 #[command(name = "llm")]
@@ -126,6 +148,10 @@ struct Args {
     /// Dtype of weights, activations and cache.
     #[arg(long, value_enum, default_value = "f32")]
     dtype: DTypeArg,
+    /// Quantize the weight matrices (MLX's group-wise affine format, groups of 64) and multiply
+    /// through MLX's quantized matmul; other backends compute with the dequantized weights.
+    #[arg(long, value_enum)]
+    quantize: Option<QuantizeArg>,
     /// Measure prefill and decode speed on random weights of a preset shape (no files needed).
     #[arg(long)]
     bench: bool,
@@ -204,7 +230,7 @@ fn run<B: Backend>(
         .as_deref()
         .ok_or_else(|| LlmError::Input("--model DIR is required without --bench".into()))?;
     let start = Instant::now();
-    let model = load_model::<B>(dir, device, dtype)?;
+    let model = quantize(load_model::<B>(dir, device, dtype)?, args.quantize)?;
     let tokenizer = load_tokenizer(dir, args.prompt.is_some())?;
     let config = model.config();
     eprintln!(
@@ -216,6 +242,10 @@ fn run<B: Backend>(
         dtype,
         start.elapsed().as_secs_f64()
     );
+
+    if args.quantize.is_some() {
+        eprintln!("{}", model.quantization().summary());
+    }
 
     let prompt: Vec<u32> = match (&args.prompt_ids, &args.prompt, &tokenizer) {
         (Some(ids), _, _) => ids.clone(),
@@ -254,6 +284,14 @@ fn run<B: Backend>(
     Ok(())
 }
 
+/// `model` quantized as `--quantize` asks (unchanged without it).
+fn quantize<B: Backend>(model: Llm<B>, arg: Option<QuantizeArg>) -> Result<Llm<B>> {
+    match arg {
+        Some(q) => model.quantize(q.into()),
+        None => Ok(model),
+    }
+}
+
 /// Streams tokens to stdout: decoded text when there is a tokenizer, else the ids.
 fn print_token(stream: Option<&mut TextStream>, token: u32) -> Result<()> {
     let mut out = std::io::stdout().lock();
@@ -284,7 +322,7 @@ fn bench<B: Backend>(
         .map(|_| rng.random_range(0..config.vocab_size as u32))
         .collect();
     let params = config.num_params();
-    let model = Llm::<B>::random(config, device, dtype)?;
+    let model = quantize(Llm::<B>::random(config, device, dtype)?, args.quantize)?;
 
     // Warm-up: the same prompt length and number of tokens as the measured run, as the mlx-lm
     // peer in `scripts/llm_gpu_reference.py` does. It materializes the (lazily generated)
@@ -316,13 +354,16 @@ fn bench<B: Backend>(
         _ => 2,
     };
     let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+    let quant = args
+        .quantize
+        .map_or(String::new(), |q| format!(" {}", QuantBits::from(q)));
     println!(
-        "bench {} ({:.1}M params) on {backend_name} {:?}: {} | weights {:.1} MiB + KV cache {:.1} MiB",
+        "bench {} ({:.1}M params) on {backend_name} {:?}{quant}: {} | weights {:.1} MiB + KV cache {:.1} MiB",
         args.preset,
         params as f64 / 1e6,
         dtype,
         stats.summary(),
-        mib(params * elem),
+        mib(model.weight_bytes()),
         mib(cache.bytes(elem)),
     );
     Ok(())

@@ -6,11 +6,16 @@
 //!
 //! Weights keep the Hugging Face layout (`[out, in]` matrices); a linear layer multiplies by a
 //! transposed view of its weight, as PyTorch and mlx-lm do.
+//!
+//! [`Llm::quantize`] turns the matrices into 8- or 4-bit groups of 64 values
+//! ([`burn_mlx::quant::QuantizedMatrix`]): on `Mlx` products run through MLX's quantized matmul;
+//! other backends compute with the dequantized matrices (same numbers, no speed-up).
 
 use super::cache::{KvCache, LayerCache};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::RopeTables;
+use burn_mlx::quant::{QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
 use burn_tensor::activation::silu;
 use burn_tensor::backend::Backend;
 use burn_tensor::module::{attention, embedding};
@@ -55,11 +60,60 @@ impl<B: Backend> ParamSource<B> for RandomParams<B> {
     }
 }
 
+/// A weight matrix `W` (`[out, in]`) as a product uses it.
+#[derive(Debug, Clone)]
+pub enum Weight<B: Backend> {
+    /// `Wᵀ`, `[in, out]` (a transposed view of the stored weight).
+    Dense(Tensor<B, 2>),
+    /// `W` quantized in groups along `in`.
+    Quantized(QuantizedMatrix<B>),
+}
+
+impl<B: Backend> Weight<B> {
+    /// `x·Wᵀ` for `x` of shape `[rows, in]`.
+    fn matmul_t(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        match self {
+            Weight::Dense(w_t) => Ok(x.matmul(w_t.clone())),
+            Weight::Quantized(q) => Ok(q.matmul_t(x)?),
+        }
+    }
+
+    /// `[out, in]`.
+    fn dims(&self) -> [usize; 2] {
+        match self {
+            Weight::Dense(w_t) => {
+                let [input, out] = w_t.dims();
+                [out, input]
+            }
+            Weight::Quantized(q) => q.dims(),
+        }
+    }
+
+    /// Bytes held: the matrix in its dtype, or the packed values, scales and biases.
+    fn bytes(&self) -> usize {
+        match self {
+            Weight::Dense(w_t) => w_t.shape().num_elements() * w_t.dtype().size(),
+            Weight::Quantized(q) => q.bytes(),
+        }
+    }
+
+    /// Quantizes a dense weight whose `in` is a multiple of the group size; returns it unchanged
+    /// (and `false`) otherwise, as mlx-lm leaves such layers in floating point.
+    fn quantize(self, bits: QuantBits) -> Result<(Self, bool)> {
+        match self {
+            Weight::Dense(w_t) if w_t.dims()[0].is_multiple_of(DEFAULT_GROUP_SIZE) => {
+                let q = QuantizedMatrix::quantize(w_t.transpose(), bits, DEFAULT_GROUP_SIZE)?;
+                Ok((Weight::Quantized(q), true))
+            }
+            other => Ok((other, false)),
+        }
+    }
+}
+
 /// `y = x·Wᵀ (+ b)` with `W` stored `[out, in]`.
 #[derive(Debug, Clone)]
 pub struct Linear<B: Backend> {
-    /// `Wᵀ`, `[in, out]` (a transposed view of the stored weight).
-    weight_t: Tensor<B, 2>,
+    weight: Weight<B>,
     bias: Option<Tensor<B, 1>>,
 }
 
@@ -79,22 +133,31 @@ impl<B: Backend> Linear<B> {
             None
         };
         Ok(Self {
-            weight_t: weight.transpose(),
+            weight: Weight::Dense(weight.transpose()),
             bias,
         })
     }
 
     /// Applies the layer to `[batch, seq, in]`.
-    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
         let [b, s, input] = x.dims();
         // A 2-D product against the transposed view: BLAS and MLX take it without a copy.
-        let y = x.reshape([b * s, input]).matmul(self.weight_t.clone());
+        let y = self.weight.matmul_t(x.reshape([b * s, input]))?;
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
             None => y,
         };
         let out = y.dims()[1];
-        y.reshape([b, s, out])
+        Ok(y.reshape([b, s, out]))
+    }
+
+    /// The layer with its weight quantized (see [`Weight::quantize`]), counting it in `report`
+    /// under `name`.
+    fn quantize(self, bits: QuantBits, name: &str, report: &mut QuantReport) -> Result<Self> {
+        let dims = self.weight.dims();
+        let (weight, done) = self.weight.quantize(bits)?;
+        report.note(name, dims, done);
+        Ok(Self { weight, ..self })
     }
 }
 
@@ -183,12 +246,12 @@ impl<B: Backend> Attention<B> {
         cache: &mut LayerCache<B>,
         rope: &RopeTables<B>,
         offset: usize,
-    ) -> Tensor<B, 3> {
+    ) -> Result<Tensor<B, 3>> {
         let [b, seq, _] = x.dims();
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let q = self.q_proj.forward(x.clone()).reshape([b, seq, hq, d]);
-        let k = self.k_proj.forward(x.clone()).reshape([b, seq, hkv, d]);
-        let v = self.v_proj.forward(x).reshape([b, seq, hkv, d]);
+        let q = self.q_proj.forward(x.clone())?.reshape([b, seq, hq, d]);
+        let k = self.k_proj.forward(x.clone())?.reshape([b, seq, hkv, d]);
+        let v = self.v_proj.forward(x)?.reshape([b, seq, hkv, d]);
         let (q, k) = match &self.qk_norm {
             Some((q_norm, k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
             None => (q, k),
@@ -199,6 +262,17 @@ impl<B: Backend> Attention<B> {
         let out = grouped_attention(q, k, v, 1.0 / (d as f64).sqrt());
         self.o_proj
             .forward(out.swap_dims(1, 2).reshape([b, seq, hq * d]))
+    }
+
+    fn quantize(self, bits: QuantBits, prefix: &str, report: &mut QuantReport) -> Result<Self> {
+        let mut q = |l: Linear<B>, n: &str| l.quantize(bits, &format!("{prefix}.{n}"), report);
+        Ok(Self {
+            q_proj: q(self.q_proj, "q_proj")?,
+            k_proj: q(self.k_proj, "k_proj")?,
+            v_proj: q(self.v_proj, "v_proj")?,
+            o_proj: q(self.o_proj, "o_proj")?,
+            ..self
+        })
     }
 }
 
@@ -256,9 +330,18 @@ impl<B: Backend> Mlp<B> {
         })
     }
 
-    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gated = silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x);
+    fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+        let gated = silu(self.gate_proj.forward(x.clone())?) * self.up_proj.forward(x)?;
         self.down_proj.forward(gated)
+    }
+
+    fn quantize(self, bits: QuantBits, prefix: &str, report: &mut QuantReport) -> Result<Self> {
+        let mut q = |l: Linear<B>, n: &str| l.quantize(bits, &format!("{prefix}.{n}"), report);
+        Ok(Self {
+            gate_proj: q(self.gate_proj, "gate_proj")?,
+            up_proj: q(self.up_proj, "up_proj")?,
+            down_proj: q(self.down_proj, "down_proj")?,
+        })
     }
 }
 
@@ -294,13 +377,81 @@ impl<B: Backend> DecoderLayer<B> {
         cache: &mut LayerCache<B>,
         rope: &RopeTables<B>,
         offset: usize,
-    ) -> Tensor<B, 3> {
+    ) -> Result<Tensor<B, 3>> {
         let h = x.clone()
             + self
                 .self_attn
-                .forward(self.input_layernorm.forward(x), cache, rope, offset);
-        h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))
+                .forward(self.input_layernorm.forward(x), cache, rope, offset)?;
+        Ok(h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))?)
     }
+
+    fn quantize(self, bits: QuantBits, i: usize, report: &mut QuantReport) -> Result<Self> {
+        let p = format!("model.layers.{i}");
+        Ok(Self {
+            self_attn: self
+                .self_attn
+                .quantize(bits, &format!("{p}.self_attn"), report)?,
+            mlp: self.mlp.quantize(bits, &format!("{p}.mlp"), report)?,
+            ..self
+        })
+    }
+}
+
+/// What [`Llm::quantize`] did: which matrices it quantized and which it left in floating point
+/// (their `in` is not a multiple of the group size).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuantReport {
+    /// Bits per value, once quantized.
+    pub bits: Option<QuantBits>,
+    /// Names of the quantized matrices.
+    pub quantized: Vec<String>,
+    /// Names and `[out, in]` shapes of the matrices left in floating point.
+    pub kept: Vec<(String, [usize; 2])>,
+}
+
+impl QuantReport {
+    fn note(&mut self, name: &str, dims: [usize; 2], done: bool) {
+        if done {
+            self.quantized.push(name.to_string());
+        } else {
+            self.kept.push((name.to_string(), dims));
+        }
+    }
+
+    /// One line for the user: what was quantized, what was kept, and why.
+    pub fn summary(&self) -> String {
+        let Some(bits) = self.bits else {
+            return "not quantized".into();
+        };
+        let mut line = format!(
+            "quantized {} matrices to {bits} (groups of {DEFAULT_GROUP_SIZE}, MLX affine format)",
+            self.quantized.len()
+        );
+        if !self.kept.is_empty() {
+            let mut shapes: Vec<String> = Vec::new();
+            for (_, [out, input]) in &self.kept {
+                let s = format!("[{out}, {input}]");
+                if !shapes.contains(&s) {
+                    shapes.push(s);
+                }
+            }
+            line.push_str(&format!(
+                "; kept {} in floating point (`in` not a multiple of {DEFAULT_GROUP_SIZE}: {})",
+                self.kept.len(),
+                shapes.join(", ")
+            ));
+        }
+        line
+    }
+}
+
+/// The token embedding table `[vocab, hidden]`, dense or quantized.
+#[derive(Debug, Clone)]
+pub enum Embedding<B: Backend> {
+    /// The table in the model's dtype.
+    Dense(Tensor<B, 2>),
+    /// The table quantized in groups along `hidden` (mlx-lm's `QuantizedEmbedding`).
+    Quantized(QuantizedMatrix<B>),
 }
 
 /// Which positions [`Llm::forward`] returns logits for.
@@ -317,13 +468,14 @@ pub enum Logits {
 #[derive(Debug, Clone)]
 pub struct Llm<B: Backend> {
     config: LlmConfig,
-    embed_tokens: Tensor<B, 2>,
+    embed_tokens: Embedding<B>,
     layers: Vec<DecoderLayer<B>>,
     norm: RmsNorm<B>,
-    /// The output projection transposed, `[hidden, vocab]` (a view of `embed_tokens` when tied).
-    lm_head_t: Tensor<B, 2>,
+    /// The output projection, `[vocab, hidden]` (the embedding table itself when tied).
+    lm_head: Weight<B>,
     device: B::Device,
     dtype: DType,
+    quant: QuantReport,
 }
 
 impl<B: Backend> Llm<B> {
@@ -347,13 +499,109 @@ impl<B: Backend> Llm<B> {
         };
         Ok(Self {
             config,
-            embed_tokens,
+            embed_tokens: Embedding::Dense(embed_tokens),
             layers,
             norm,
-            lm_head_t,
+            lm_head: Weight::Dense(lm_head_t),
             device: device.clone(),
             dtype,
+            quant: QuantReport::default(),
         })
+    }
+
+    /// The model with its matrices quantized to `bits` in groups of 64 values along their input
+    /// dimension: every attention and MLP projection whose input size is a multiple of 64 (the
+    /// others stay in floating point, as mlx-lm leaves them), the embedding table and the
+    /// output projection (both quantized, as mlx-lm does; when tied, they are one quantized
+    /// matrix). Norm weights stay in the model's dtype. On `Mlx` the products then run through
+    /// MLX's quantized matmul; see [`burn_mlx::quant`] for other backends.
+    ///
+    /// Errors when the hidden size is not a multiple of 64 (the embedding, the output projection
+    /// and most projections could not be quantized), or when the model is already quantized.
+    pub fn quantize(self, bits: QuantBits) -> Result<Self> {
+        let h = self.config.hidden_size;
+        if let Some(done) = self.quant.bits {
+            return Err(LlmError::Input(format!(
+                "quantize to {bits}: the model is already quantized to {done}"
+            )));
+        }
+        if !h.is_multiple_of(DEFAULT_GROUP_SIZE) {
+            return Err(LlmError::Input(format!(
+                "quantize to {bits}: hidden size {h} is not a multiple of the group size \
+                 {DEFAULT_GROUP_SIZE} (MLX's quantized matmul groups each weight matrix [out, in] \
+                 along `in`; embed_tokens is [{}, {h}])",
+                self.config.vocab_size
+            )));
+        }
+        let mut report = QuantReport {
+            bits: Some(bits),
+            ..QuantReport::default()
+        };
+        let layers = self
+            .layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, layer)| layer.quantize(bits, i, &mut report))
+            .collect::<Result<Vec<_>>>()?;
+        let embed = match self.embed_tokens {
+            Embedding::Dense(table) => QuantizedMatrix::quantize(table, bits, DEFAULT_GROUP_SIZE)?,
+            Embedding::Quantized(q) => q,
+        };
+        report.note("model.embed_tokens", embed.dims(), true);
+        let lm_head = if self.config.tie_word_embeddings {
+            Weight::Quantized(embed.clone())
+        } else {
+            let dims = self.lm_head.dims();
+            let (w, done) = self.lm_head.quantize(bits)?;
+            report.note("lm_head", dims, done);
+            w
+        };
+        Ok(Self {
+            embed_tokens: Embedding::Quantized(embed),
+            layers,
+            lm_head,
+            quant: report,
+            ..self
+        })
+    }
+
+    /// What [`quantize`](Self::quantize) did (`bits` is `None` for a model in floating point).
+    pub fn quantization(&self) -> &QuantReport {
+        &self.quant
+    }
+
+    /// Bytes of the weights as held (quantized matrices count their packed values, scales and
+    /// biases; a tied output projection is not counted twice).
+    pub fn weight_bytes(&self) -> usize {
+        let vector = |t: &Tensor<B, 1>| t.shape().num_elements() * t.dtype().size();
+        let norm = |n: &RmsNorm<B>| vector(&n.weight);
+        let linear = |l: &Linear<B>| l.weight.bytes() + l.bias.as_ref().map_or(0, vector);
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                let a = &l.self_attn;
+                let qk = a.qk_norm.as_ref().map_or(0, |(q, k)| norm(q) + norm(k));
+                [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
+                    .into_iter()
+                    .chain([&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj])
+                    .map(linear)
+                    .sum::<usize>()
+                    + qk
+                    + norm(&l.input_layernorm)
+                    + norm(&l.post_attention_layernorm)
+            })
+            .sum();
+        let embed = match &self.embed_tokens {
+            Embedding::Dense(t) => t.shape().num_elements() * t.dtype().size(),
+            Embedding::Quantized(q) => q.bytes(),
+        };
+        let head = if self.config.tie_word_embeddings {
+            0
+        } else {
+            self.lm_head.bytes()
+        };
+        layers + embed + head + norm(&self.norm)
     }
 
     /// A model of shape `config` with random weights (benchmarks).
@@ -406,11 +654,14 @@ impl<B: Backend> Llm<B> {
         let offset = cache.len();
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, seq]), &self.device);
-        let mut x = embedding(self.embed_tokens.clone(), ids);
+        let mut x = match &self.embed_tokens {
+            Embedding::Dense(table) => embedding(table.clone(), ids),
+            Embedding::Quantized(q) => q.rows(ids)?,
+        };
         {
             let (layer_caches, rope) = cache.parts();
             for (layer, layer_cache) in self.layers.iter().zip(layer_caches) {
-                x = layer.forward(x, layer_cache, rope, offset);
+                x = layer.forward(x, layer_cache, rope, offset)?;
             }
         }
         cache.advance(seq);
@@ -420,7 +671,7 @@ impl<B: Backend> Llm<B> {
             Logits::Last => x.narrow(1, seq - 1, 1),
         };
         let rows = x.dims()[1];
-        Ok(x.reshape([rows, self.config.hidden_size])
-            .matmul(self.lm_head_t.clone()))
+        self.lm_head
+            .matmul_t(x.reshape([rows, self.config.hidden_size]))
     }
 }
