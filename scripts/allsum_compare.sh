@@ -14,7 +14,8 @@
 #   python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.2"
 # MLXPY names that venv's python (default /tmp/mlxpy/bin/python). Every rank gets
 # OPENBLAS_NUM_THREADS=1 (2 ranks on a 2-core machine); RANKS, ROUNDS, MIN_MB, MAX_MB, SMALL
-# (1: also the small sizes, the latency of one call) as above.
+# (1: also the small sizes, the latency of one call) as above; ROWS=file keeps every run's rows
+# (runner, bytes, median ms, fastest ms, round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${MLXPY:-/tmp/mlxpy/bin/python}
@@ -63,6 +64,7 @@ for round in $(seq 1 "$rounds"); do
     fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+[ -z "${ROWS:-}" ] || cp "$tmp/rows" "$ROWS"
 
 echo "all_sum of f32 tensors between $ranks ranks (ring, loopback, OPENBLAS_NUM_THREADS=1 per rank),"
 echo "MLX $version; $rounds rounds, runners alternating; $(nproc) cores; load average (1, 5, 15 min)"

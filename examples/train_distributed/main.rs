@@ -372,8 +372,11 @@ fn bench(args: &Args) -> Result<(), DistributedError> {
     }
     for bytes in sizes {
         let n = bytes / 4;
-        let x = Tensor::<Mlx, 1>::ones([n], &device);
-        let _ = group.all_sum(x.clone())?; // warm-up (and computes `x`)
+        // Ones in memory, as MLX Python's `mx.ones` (a `Full` node) gives. burn-mlx's `ones` is a
+        // broadcast view of one value, which MLX's all_sum copies to contiguous memory on every
+        // call: an extra pass over the tensor that MLX Python's peer does not make.
+        let x = Tensor::<Mlx, 1>::from_data(TensorData::new(vec![1.0f32; n], [n]), &device);
+        let _ = group.all_sum(x.clone())?; // warm-up
         let iters = if bytes < 1 << 20 {
             100
         } else {
