@@ -279,10 +279,11 @@ impl<B: Backend> Attention<B> {
 /// Scaled dot-product attention of `q` (`[b, hq, s, d]`) over `k`, `v` (`[b, hkv, t, d]`,
 /// `t >= s`, the last `s` keys being the queries' own positions), causal when `s > 1`.
 ///
-/// Burn's attention op wants as many key heads as query heads. For one query position (decode)
-/// the `hq / hkv` query heads that share a key head are folded into the query-length axis, which
-/// needs no mask and no copy of the cache; for several (prefill) the key and value heads are
-/// repeated.
+/// Burn's attention op wants as many key heads as query heads, except on `Mlx`, which takes the
+/// grouped heads as they are ([`burn_mlx::supports_grouped_kv_heads`]) and hands them to MLX's
+/// attention kernels. Elsewhere, for one query position (decode) the `hq / hkv` query heads that
+/// share a key head are folded into the query-length axis, which needs no mask and no copy of
+/// the cache; for several (prefill) the key and value heads are repeated.
 pub fn grouped_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
@@ -297,7 +298,7 @@ pub fn grouped_attention<B: Backend>(
         softcap: None,
         is_causal,
     };
-    if groups == 1 {
+    if groups == 1 || burn_mlx::supports_grouped_kv_heads::<B>() {
         return attention(q, k, v, None, None, options(s > 1));
     }
     if s == 1 {
@@ -407,6 +408,9 @@ pub struct QuantReport {
     pub quantized: Vec<String>,
     /// Names and `[out, in]` shapes of the matrices left in floating point.
     pub kept: Vec<(String, [usize; 2])>,
+    /// Whether the quantized matrices are held in MLX's packed form (on `Mlx`); other backends
+    /// hold them dequantized.
+    pub mlx_packed: bool,
 }
 
 impl QuantReport {
@@ -423,8 +427,13 @@ impl QuantReport {
         let Some(bits) = self.bits else {
             return "not quantized".into();
         };
+        let how = if self.mlx_packed {
+            "MLX's affine format, products through MLX's quantized matmul"
+        } else {
+            "held dequantized: this backend has no quantized matmul"
+        };
         let mut line = format!(
-            "quantized {} matrices to {bits} (groups of {DEFAULT_GROUP_SIZE}, MLX affine format)",
+            "quantized {} matrices to {bits} (groups of {DEFAULT_GROUP_SIZE}, {how})",
             self.quantized.len()
         );
         if !self.kept.is_empty() {
@@ -548,6 +557,7 @@ impl<B: Backend> Llm<B> {
             Embedding::Quantized(q) => q,
         };
         report.note("model.embed_tokens", embed.dims(), true);
+        report.mlx_packed = embed.is_mlx_packed();
         let lm_head = if self.config.tie_word_embeddings {
             Weight::Quantized(embed.clone())
         } else {
