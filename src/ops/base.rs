@@ -413,27 +413,28 @@ pub(crate) fn unfold(t: MlxTensor, dim: usize, size: usize, step: usize) -> MlxT
 /// Sum of every element, as a 1-element tensor of the input's dtype.
 pub(crate) fn sum(t: MlxTensor) -> MlxTensor {
     let dtype = t.array.dtype();
-    let gpu = t.device == MlxDevice::Gpu;
     unary(t, "sum", |a| {
-        cast_array(accumulable(a, gpu)?.sum(None)?.reshape(&[1])?, dtype)
+        cast_array(accumulable(a)?.sum(None)?.reshape(&[1])?, dtype)
     })
 }
 
 /// Sum along `dim`, keeping it.
 pub(crate) fn sum_dim(t: MlxTensor, dim: usize) -> MlxTensor {
     let dtype = t.array.dtype();
-    let gpu = t.device == MlxDevice::Gpu;
     unary(t, "sum_dim", |a| {
-        cast_array(accumulable(a, gpu)?.sum_axis(dim as i32, true)?, dtype)
+        cast_array(accumulable(a)?.sum_axis(dim as i32, true)?, dtype)
     })
 }
 
-/// `a` in a dtype whose sums are accurate: f16/bf16 widened to f32 on the GPU.
+/// `a` in a dtype whose sums, products, means and scans are accurate: f16/bf16 widened to f32,
+/// other dtypes unchanged. The result is rounded to the input's dtype once, at the end.
 ///
-/// MLX's CPU kernels accumulate half-precision sums in f32, as burn-ndarray's results do; its
-/// CUDA reduction accumulated bf16 in a way that lost 0.07 on a sum of 60 values (MLX 0.32.2).
-fn accumulable(a: &Array, gpu: bool) -> MlxResult {
-    if gpu && matches!(a.dtype(), Dtype::Float16 | Dtype::Bfloat16) {
+/// MLX reduces and scans half-precision arrays in their own dtype in places, on the CPU as on
+/// the GPU (MLX 0.32.2): a sum of 5,346 f16 ones stopped at 2,048 (f16's spacing there is 2),
+/// the mean of 0..1024 overflowed f16 through its running sum, and the CUDA reduction lost 0.07
+/// on a bf16 sum of 60 values. burn-ndarray and burn-flex accumulate these in f32.
+fn accumulable(a: &Array) -> MlxResult {
+    if matches!(a.dtype(), Dtype::Float16 | Dtype::Bfloat16) {
         a.as_dtype(Dtype::Float32)
     } else {
         Ok(a.clone())
@@ -444,7 +445,7 @@ fn accumulable(a: &Array, gpu: bool) -> MlxResult {
 pub(crate) fn prod(t: MlxTensor) -> MlxTensor {
     let dtype = t.array.dtype();
     unary(t, "prod", |a| {
-        cast_array(a.prod(None)?.reshape(&[1])?, dtype)
+        cast_array(accumulable(a)?.prod(None)?.reshape(&[1])?, dtype)
     })
 }
 
@@ -452,7 +453,7 @@ pub(crate) fn prod(t: MlxTensor) -> MlxTensor {
 pub(crate) fn prod_dim(t: MlxTensor, dim: usize) -> MlxTensor {
     let dtype = t.array.dtype();
     unary(t, "prod_dim", |a| {
-        cast_array(a.prod_axis(dim as i32, true)?, dtype)
+        cast_array(accumulable(a)?.prod_axis(dim as i32, true)?, dtype)
     })
 }
 
@@ -460,9 +461,8 @@ pub(crate) fn prod_dim(t: MlxTensor, dim: usize) -> MlxTensor {
 pub(crate) fn mean_dim(t: MlxTensor, dim: usize) -> MlxTensor {
     let dtype = t.array.dtype();
     if is_float(dtype) {
-        let gpu = t.device == MlxDevice::Gpu;
         return unary(t, "mean_dim", |a| {
-            cast_array(accumulable(a, gpu)?.mean_axis(dim as i32, true)?, dtype)
+            cast_array(accumulable(a)?.mean_axis(dim as i32, true)?, dtype)
         });
     }
     let n = t.dims()[dim].max(1) as i64;
@@ -476,9 +476,8 @@ pub(crate) fn mean_dim(t: MlxTensor, dim: usize) -> MlxTensor {
 pub(crate) fn mean(t: MlxTensor) -> MlxTensor {
     let dtype = t.array.dtype();
     if is_float(dtype) {
-        let gpu = t.device == MlxDevice::Gpu;
         return unary(t, "mean", |a| {
-            cast_array(accumulable(a, gpu)?.mean(None)?.reshape(&[1])?, dtype)
+            cast_array(accumulable(a)?.mean(None)?.reshape(&[1])?, dtype)
         });
     }
     let n = t.array.size().max(1) as i64;
@@ -747,7 +746,8 @@ pub(crate) fn min_dim_with_indices(t: MlxTensor, dim: usize, out: Dtype) -> (Mlx
     (values, cast(idx, out))
 }
 
-/// Cumulative op along `dim`, keeping the input dtype.
+/// Cumulative op along `dim`, keeping the input dtype (f16/bf16 scanned in f32, see
+/// [`accumulable`]).
 pub(crate) fn cumulative(
     t: MlxTensor,
     dim: usize,
@@ -755,7 +755,9 @@ pub(crate) fn cumulative(
     f: impl FnOnce(&Array, i32) -> MlxResult,
 ) -> MlxTensor {
     let dtype = t.array.dtype();
-    unary(t, op, |a| cast_array(f(a, dim as i32)?, dtype))
+    unary(t, op, |a| {
+        cast_array(f(&accumulable(a)?, dim as i32)?, dtype)
+    })
 }
 
 /// Burn's float `cummax`/`cummin`: a NaN stays where it is and does not spread to later
