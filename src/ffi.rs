@@ -239,6 +239,30 @@ pub fn memory_stats() -> (usize, usize) {
     (active, cache)
 }
 
+/// The most bytes MLX has had allocated for arrays (active memory, not its buffer cache) at any
+/// moment since the process started or since the last [`reset_peak_memory`], on every device.
+///
+/// Unlike sampling [`memory_stats`] between steps, this sees the transient arrays inside an
+/// evaluation (a prefill's attention scores, a training step's activations).
+pub fn peak_memory() -> usize {
+    init();
+    let mut peak = 0usize;
+    // SAFETY: a valid out-pointer.
+    unsafe {
+        mlx_sys::mlx_get_peak_memory(&mut peak);
+    }
+    peak
+}
+
+/// Starts a new measurement of [`peak_memory`] from the memory allocated now.
+pub fn reset_peak_memory() {
+    init();
+    // SAFETY: no arguments; MLX synchronizes its allocator internally.
+    unsafe {
+        mlx_sys::mlx_reset_peak_memory();
+    }
+}
+
 /// Waits until every evaluation queued on the default stream has finished.
 pub(crate) fn synchronize() -> Result<(), MlxError> {
     init();

@@ -38,7 +38,7 @@ pub use backend::{supports_grouped_kv_heads, Mlx};
 pub use compile::{compile, compile_float, Compiled, CompiledFloat};
 pub use device::MlxDevice;
 pub use error::MlxError;
-pub use ffi::memory_stats;
+pub use ffi::{memory_stats, peak_memory, reset_peak_memory};
 pub use tensor::{Dynamic, MlxTensor};
 
 /// The types most programs need, and the traits of the low-level API ([`MlxOps`] for the

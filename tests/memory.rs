@@ -163,3 +163,31 @@ fn memory_cleanup_releases_the_cache() {
         .unwrap();
     assert_eq!(v, vec![2.0; 4]);
 }
+
+/// `peak_memory` sees the arrays that live only inside an evaluation: here a 16 MiB product
+/// reduced to one number, which memory sampled before and after the evaluation never shows.
+#[test]
+fn peak_memory_sees_transient_arrays() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Random values: MLX keeps a product of constants (`ones`) as one broadcast element.
+    let a = Tensor::<Mlx, 2>::random([2048, 1], Distribution::Uniform(1.0, 2.0), &CPU);
+    let b = Tensor::<Mlx, 2>::random([1, 2048], Distribution::Uniform(1.0, 2.0), &CPU);
+    let _ = (a.clone() + b.clone()).sum().into_data(); // materializes a and b
+    burn_mlx::reset_peak_memory();
+    let (active_before, _) = memory_stats();
+    let start = burn_mlx::peak_memory();
+    let total: f32 = (a * b).sum().into_scalar();
+    assert!(total > (2048 * 2048) as f32, "sum {total}");
+    let peak = burn_mlx::peak_memory();
+    let (active_after, _) = memory_stats();
+    let product = 2048 * 2048 * 4;
+    assert!(
+        peak >= start + product,
+        "peak {peak} B after reset at {start} B: the 16 MiB product was not counted"
+    );
+    assert!(
+        active_after < active_before + product,
+        "the product outlived its evaluation (active {active_before} -> {active_after} B)"
+    );
+}
+
