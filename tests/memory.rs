@@ -190,4 +190,3 @@ fn peak_memory_sees_transient_arrays() {
         "the product outlived its evaluation (active {active_before} -> {active_after} B)"
     );
 }
-
