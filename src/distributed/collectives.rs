@@ -257,22 +257,37 @@ impl Group {
         (dev, dev.stream())
     }
 
-    /// With checks on, exchanges `desc` with every rank and fails when they differ.
+    /// Computes `inputs` (the tensors the collective sends) and, with checks on, exchanges
+    /// `desc` with every rank in the same evaluation and fails when they differ.
+    ///
+    /// One evaluation for both saves a wake-up of this thread per collective, which a loaded
+    /// machine charges a scheduler tick for; the watchdog then also times the computation of the
+    /// inputs, which the peers wait for anyway.
     pub(crate) fn agree(
         &self,
         op: &str,
         shapes: &str,
         desc: [i64; DESC_LEN],
         device: MlxDevice,
+        inputs: &[&Array],
     ) -> Result<(), DistributedError> {
         if !self.check() || self.size() == 1 {
-            return Ok(());
+            return match inputs {
+                [] => Ok(()),
+                _ => self.eval_inputs(op, shapes, inputs, device),
+            };
         }
         let (dev, stream) = self.comm_stream(device);
         let local = Array::from_slice(&desc, &[DESC_LEN as i32]);
         let gathered = raw::all_gather(&local, &self.inner.raw, &stream)
             .map_err(|m| self.failed(op, shapes, m))?;
-        let out = self.guarded_eval(op, shapes, vec![gathered], dev)?;
+        let mut arrays = Vec::with_capacity(1 + inputs.len());
+        arrays.push(gathered);
+        arrays.extend(inputs.iter().map(|&a| a.clone()));
+        let out = self.guarded_eval(op, shapes, arrays, dev)?;
+        if !inputs.is_empty() && device != dev {
+            device.after_eval();
+        }
         let all = out[0]
             .try_as_slice::<i64>()
             .map_err(|e| self.failed(op, shapes, format!("reading the check failed: {e}")))?;
@@ -313,13 +328,13 @@ impl Group {
         }
         self.ensure_usable(op)?;
         let shapes = shape_text(&x);
-        self.eval_inputs(op, &shapes, &[x.array()], x.device())?;
         let seq = self.next_seq();
         self.agree(
             op,
             &shapes,
             describe(code, seq, Some(x.mlx_dtype()), &x.dims(), 0),
             x.device(),
+            &[x.array()],
         )?;
         if x.array().size() == 0 {
             return Ok(T::from_mlx(x));
@@ -369,7 +384,6 @@ impl Group {
         }
         self.ensure_usable(op)?;
         let shapes = shape_text(&x);
-        self.eval_inputs(op, &shapes, &[x.array()], x.device())?;
         let seq = self.next_seq();
         let dims = x.dims();
         self.agree(
@@ -377,6 +391,7 @@ impl Group {
             &shapes,
             describe(OpCode::AllGather, seq, Some(x.mlx_dtype()), &dims, 0),
             x.device(),
+            &[x.array()],
         )?;
         let (dev, stream) = self.comm_stream(x.device());
         if x.array().size() == 0 {
@@ -422,10 +437,12 @@ impl Group {
         }
         self.ensure_usable(op)?;
         let shapes = shape_text(&x);
-        if self.rank() == root {
-            self.eval_inputs(op, &shapes, &[x.array()], x.device())?;
-        }
         let seq = self.next_seq();
+        let inputs: &[&Array] = if self.rank() == root {
+            &[x.array()]
+        } else {
+            &[]
+        };
         self.agree(
             op,
             &shapes,
@@ -437,6 +454,7 @@ impl Group {
                 root as i64,
             ),
             x.device(),
+            inputs,
         )?;
         if x.array().size() == 0 {
             return Ok(T::from_mlx(x));
@@ -476,6 +494,7 @@ impl Group {
             "[1] Int32",
             describe(OpCode::Barrier, seq, Some(Dtype::Int32), &[1], 0),
             MlxDevice::Cpu,
+            &[],
         )?;
         let (dev, stream) = self.comm_stream(MlxDevice::Cpu);
         let one = Array::from_slice(&[1i32], &[1]);

@@ -206,12 +206,13 @@ impl GradientAllReduce {
             shape_text(&tensors[0])
         );
 
-        // Compute the inputs (the backward pass, for gradients) before the timed part.
+        // The inputs (the backward pass, for gradients) are computed with the agreement check.
         let root_only = matches!(mode, Mode::Broadcast(root) if root != group.rank());
-        if !root_only {
-            let arrays: Vec<&Array> = tensors.iter().map(|t| t.array()).collect();
-            group.eval_inputs(op, &shapes, &arrays, device)?;
-        }
+        let inputs: Vec<&Array> = if root_only {
+            Vec::new()
+        } else {
+            tensors.iter().map(|t| t.array()).collect()
+        };
 
         let buckets = self.plan(&dtypes, &sizes);
         let seq = group.next_seq();
@@ -238,7 +239,7 @@ impl GradientAllReduce {
             _ => tensors.len() as i64,
         };
         desc[8] = digest as i64;
-        group.agree(op, &shapes, desc, device)?;
+        group.agree(op, &shapes, desc, device, &inputs)?;
 
         let (dev, stream) = group.comm_stream(device);
         let mlx = |e: mlx_rs::error::Exception| group.failed(op, &shapes, e.what().to_string());

@@ -549,9 +549,11 @@ impl Group {
         Duration::from_millis(self.inner.timeout_ms.load(Ordering::Relaxed))
     }
 
-    /// Sets the longest one collective may take. Set it above the longest time one rank can
-    /// spend between two collectives beyond the others (an evaluation, a checkpoint, a
-    /// validation pass on rank 0 only): the others wait that long inside the collective.
+    /// Sets the longest one collective may take, computing its inputs included (with the
+    /// agreement checks on, a collective's inputs, such as a backward pass's gradients, are
+    /// evaluated with its check). Set it above the longest time one rank can spend between two
+    /// collectives beyond the others (an evaluation, a checkpoint, a validation pass on rank 0
+    /// only): the others wait that long inside the collective.
     pub fn set_timeout(&self, timeout: Duration) {
         let ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
         self.inner.timeout_ms.store(ms, Ordering::Relaxed);
@@ -613,8 +615,9 @@ impl Group {
     }
 
     /// Evaluates the collective `arrays`, bounded by the group's timeout (see the module docs):
-    /// on this thread under the watchdog for a ring group, else on a helper thread. The inputs
-    /// must already be evaluated, so that only communication (and waiting for peers) is timed.
+    /// on this thread under the watchdog for a ring group, else on a helper thread. Whatever
+    /// `arrays` still has to compute is timed too (the agreement check evaluates the
+    /// collective's inputs with it).
     pub(crate) fn guarded_eval(
         &self,
         op: &str,
