@@ -281,14 +281,18 @@ impl Group {
         let local = Array::from_slice(&desc, &[DESC_LEN as i32]);
         let gathered = raw::all_gather(&local, &self.inner.raw, &stream)
             .map_err(|m| self.failed(op, shapes, m))?;
-        let mut arrays = Vec::with_capacity(1 + inputs.len());
+        // The inputs first: MLX runs an evaluation's outputs in the order given, so each rank
+        // computes before it waits for the others' descriptions, and the exchange absorbs the
+        // ranks' skew (the collective that follows then starts with every rank ready).
+        let mut arrays: Vec<Array> = inputs.iter().map(|&a| a.clone()).collect();
         arrays.push(gathered);
-        arrays.extend(inputs.iter().map(|&a| a.clone()));
         let out = self.guarded_eval(op, shapes, arrays, dev)?;
         if !inputs.is_empty() && device != dev {
             device.after_eval();
         }
-        let all = out[0]
+        let all = out
+            .last()
+            .expect("the check is the last output")
             .try_as_slice::<i64>()
             .map_err(|e| self.failed(op, shapes, format!("reading the check failed: {e}")))?;
         if all.chunks(DESC_LEN).all(|row| row == desc) {
