@@ -9,6 +9,11 @@
 //! a full recompute within 1e-4. Then every loading failure the issue names (missing tensor, wrong
 //! shape, unknown architecture, truncated file, ...) must be an error whose text names the file,
 //! the tensor and the shapes.
+//!
+//! Quantized weights (`burn_mlx::quant`, `Llm::quantize`): MLX's quantized matmul (q8, q4; f32
+//! and bf16 inputs; one row and many) against Burn's quantization dequantized and multiplied on
+//! the host; the quantized fixtures' logits against the f32 ones within a bound derived from the
+//! quantization step, and across backends; clear errors for shapes that do not divide into groups.
 
 #[path = "../examples/llm/mod.rs"]
 mod llm;
