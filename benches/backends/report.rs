@@ -282,6 +282,12 @@ pub fn write_report(
         md.push('\n');
         md.push_str(&profile);
     }
+    // The LLM example's CPU runs (`scripts/llm_cpu_compare.py`, `llm --bench`), kept by hand:
+    // each runner is a separate process, which criterion does not time.
+    if let Ok(llm) = std::fs::read_to_string(root.join("benches").join("llm.md")) {
+        md.push('\n');
+        md.push_str(&llm);
+    }
     // Results measured elsewhere (the NVIDIA run of `examples/gpu_bench.rs`), kept by hand.
     if let Ok(gpu) = std::fs::read_to_string(root.join("benches").join("nvidia.md")) {
         md.push('\n');
