@@ -3,8 +3,8 @@
 //! The bench binary (`main.rs`) runs every workload through criterion; this module then reads
 //! criterion's estimates (`<criterion dir>/<workload>/<backend>/new/estimates.json`, the median's
 //! point estimate in nanoseconds), writes the table and the notes, appends the hand-kept
-//! sections `benches/cpu_profile.md` and `benches/nvidia.md`, and has [`plot`](super::plot) draw
-//! `benches/plot.svg`.
+//! sections `benches/cpu_profile.md`, `benches/nvidia.md` and `benches/distributed.md`, and has
+//! [`plot`](super::plot) draw `benches/plot.svg`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -292,6 +292,12 @@ pub fn write_report(
     if let Ok(gpu) = std::fs::read_to_string(root.join("benches").join("nvidia.md")) {
         md.push('\n');
         md.push_str(&gpu);
+    }
+    // The distributed benchmarks (`scripts/allsum_compare.sh`, `scripts/distributed_steps.sh`),
+    // kept by hand: they start several processes, which criterion does not.
+    if let Ok(dist) = std::fs::read_to_string(root.join("benches").join("distributed.md")) {
+        md.push('\n');
+        md.push_str(&dist);
     }
     let md_path = root.join("BENCHMARKS.md");
     std::fs::write(&md_path, md)?;
