@@ -6,6 +6,8 @@
 //! cargo run --release --example train_distributed                       # 1 process
 //! cargo run --release --example mlx_launch -- -n 2 target/release/examples/train_distributed
 //! cargo run --release --example train_distributed -- --ranks 2 --bench  # all_sum bandwidth
+//! scripts/allsum_compare.sh      # --bench against MLX Python's all_sum, alternating runs
+//! scripts/distributed_steps.sh   # step time: 1 and 2 ranks, --no-group, --no-check
 //! ```
 //!
 //! Task: the three arms of a generated 2-D spiral (the custom_training_loop example's data, larger
