@@ -346,7 +346,11 @@ pub(super) fn avg_pool2d_backward(
         let [_, _, oh, ow] = dims4(&grad.array, "avg_pool2d_backward")?;
         let out = [oh, ow];
         let g = geometry([h, w], out, kernel, stride, padding, [1, 1]);
-        let dtype = grad.array.dtype();
+        // f16/bf16 gradients are divided and summed over the overlapping windows in f32 and
+        // rounded once (rounding `g / count` and every partial sum put 2/3 one bf16 ulp low).
+        let out_dtype = grad.array.dtype();
+        let dtype = accumulation_dtype(out_dtype);
+        let grad_array = grad.array.as_dtype(dtype)?;
         let div = avg_divisors(
             [h, w],
             out,
@@ -356,7 +360,7 @@ pub(super) fn avg_pool2d_backward(
             count_include_pad,
             dtype,
         )?;
-        let scaled = grad.array.divide(&div)?;
+        let scaled = grad_array.divide(&div)?;
         let (kh, kw) = (kernel[0], kernel[1]);
         let len = oh * ow * kh * kw;
         let expanded = scaled.reshape(&ints(&[n, c, oh, ow, 1, 1]))?;
@@ -381,8 +385,17 @@ pub(super) fn avg_pool2d_backward(
         let acc = acc.reshape(&ints(&[n, c, g.padded[0], wp]))?;
         let lo = [0, 0, padding[0] as i32, padding[1] as i32];
         let hi = ints(&[n, c, padding[0] + h, padding[1] + w]);
-        Ok(crate::ffi::slice(&acc, &lo, &hi, &[1, 1, 1, 1])?)
+        Ok(crate::ffi::slice(&acc, &lo, &hi, &[1, 1, 1, 1])?.as_dtype(out_dtype)?)
     })
+}
+
+/// The dtype pooling gradients are accumulated in: f32 for f16/bf16, the dtype itself otherwise.
+fn accumulation_dtype(dtype: Dtype) -> Dtype {
+    if matches!(dtype, Dtype::Float16 | Dtype::Bfloat16) {
+        Dtype::Float32
+    } else {
+        dtype
+    }
 }
 
 /// The `[out, input]` averaging matrix of adaptive pooling along one axis.
@@ -421,19 +434,22 @@ pub(super) fn adaptive_avg_pool2d_backward(x: MlxTensor, grad: MlxTensor) -> Mlx
     run("adaptive_avg_pool2d_backward", &[&grad, &x], || {
         let [n, c, h, w] = dims4(&x.array, "adaptive_avg_pool2d_backward")?;
         let [_, _, oh, ow] = dims4(&grad.array, "adaptive_avg_pool2d_backward")?;
-        let dtype = grad.array.dtype();
+        // f16/bf16: the averaging weights (1/3 is not a half-precision number) and the sums over
+        // overlapping windows in f32, rounded once.
+        let out_dtype = grad.array.dtype();
+        let dtype = accumulation_dtype(out_dtype);
+        let grad_array = grad.array.as_dtype(dtype)?;
         if oh > 0 && ow > 0 && h % oh == 0 && w % ow == 0 {
             let (kh, kw) = (h / oh, w / ow);
             let scale = float_const(&[1.0 / (kh * kw) as f64], &[], dtype)?;
-            let g = grad
-                .array
+            let g = grad_array
                 .multiply(&scale)?
                 .reshape(&ints(&[n, c, oh, 1, ow, 1]))?;
             let g = ops::broadcast_to(&g, &ints(&[n, c, oh, kh, ow, kw]))?;
-            return Ok(g.reshape(&ints(&[n, c, h, w]))?);
+            return Ok(g.reshape(&ints(&[n, c, h, w]))?.as_dtype(out_dtype)?);
         }
         let mh = float_const(&adaptive_matrix(h, oh), &ints(&[oh, h]), dtype)?;
         let mw = float_const(&adaptive_matrix(w, ow), &ints(&[ow, w]), dtype)?;
-        separable_transposed(&grad.array, &mh, &mw)
+        Ok(separable_transposed(&grad_array, &mh, &mw)?.as_dtype(out_dtype)?)
     })
 }
