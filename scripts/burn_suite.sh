@@ -14,6 +14,9 @@
 #                       the looser LU tolerances); its own target folder
 #     --work DIR        where the harness crate is generated (default ../burn-mlx-suite)
 #     --threads N       test threads (default: the number of cores)
+#     --tol-scale S     every `assert_approx_eq::<FloatElem>` of the suite allows S times its
+#                       tolerance (S = 8 scales the tolerances written for f16 to bf16's epsilon,
+#                       2^-7 against 2^-10); its own copy of the tests and test targets
 #   CARGO_TARGET_DIR    build folder (default WORK/target, or WORK/target-cuda with --gpu)
 #
 # Nothing of Burn's code goes into this repo. The script writes a small crate in WORK, outside
@@ -34,9 +37,10 @@ float=f32
 suite=tensor
 gpu=0
 threads="$(nproc 2>/dev/null || echo 2)"
+tol_scale=1
 filter=()
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,6 +51,7 @@ while [ $# -gt 0 ]; do
     --gpu) gpu=1; shift ;;
     --work) work="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
+    --tol-scale) tol_scale="$2"; shift 2 ;;
     -h|--help) usage 0 ;;
     --) shift; filter=("$@"); break ;;
     *) echo "unknown argument: $1" >&2; usage ;;
@@ -55,6 +60,7 @@ done
 case "$backend" in mlx|flex) ;; *) echo "--backend must be mlx or flex" >&2; exit 2 ;; esac
 case "$float" in f32|f16|bf16) ;; *) echo "--float must be f32, f16 or bf16" >&2; exit 2 ;; esac
 case "$suite" in tensor|autodiff) ;; *) echo "--suite must be tensor or autodiff" >&2; exit 2 ;; esac
+case "$tol_scale" in ''|*[!0-9]*) echo "--tol-scale must be a whole number" >&2; exit 2 ;; esac
 if [ "$gpu" = 1 ] && [ "$backend" != mlx ]; then
   echo "--gpu is for --backend mlx (burn-flex runs on the CPU)" >&2; exit 2
 fi
@@ -79,12 +85,22 @@ mkdir -p "$work/tests"
 # The suite's test files, copied from the checkout (only the ones that changed) and patched in
 # one place: the quantization tests call `TestBackend::default_quant_scheme`, an inherent method
 # of Burn's `Dispatch`; here it is a trait method for any backend, called by its trait.
-mkdir -p "$work/upstream"
-cp -ru "$tests/." "$work/upstream/"
-{ grep -rl 'TestBackend::default_quant_scheme(' "$work/upstream" || true; } | while read -r f; do
+# With --tol-scale, a second copy whose approximate comparisons go through the harness's scaled
+# check instead (see `ScaledApproxEq` below).
+copy="$work/upstream"
+suffix=""
+if [ "$tol_scale" != 1 ]; then copy="$work/upstream-tol$tol_scale"; suffix="_tol$tol_scale"; fi
+mkdir -p "$copy"
+cp -ru "$tests/." "$copy/"
+{ grep -rl 'TestBackend::default_quant_scheme(' "$copy" || true; } | while read -r f; do
   sed -i 's/TestBackend::default_quant_scheme(/<TestBackend as crate::DefaultQuantScheme>::default_quant_scheme(/g' "$f"
 done
-tests="$work/upstream"
+if [ "$tol_scale" != 1 ]; then
+  { grep -rl 'assert_approx_eq::<FloatElem>(' "$copy" || true; } | while read -r f; do
+    sed -i 's/assert_approx_eq::<FloatElem>(/assert_approx_eq_scaled::<FloatElem>(/g' "$f"
+  done
+fi
+tests="$copy"
 write() { # write FILE only when its content changes, so that cargo does not rebuild for nothing
   local tmp; tmp="$(mktemp)"; cat >"$tmp"
   if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
@@ -156,6 +172,7 @@ extern crate alloc;
 
 pub type FloatElem = $elem;
 pub type IntElem = i32;
+const TOL_SCALE: u32 = $tol_scale;
 EOF
 )
     prelude=$(cat <<'EOF'
@@ -179,8 +196,48 @@ pub trait DefaultQuantScheme: burn_tensor::backend::Backend {
 }
 impl<B: burn_tensor::backend::Backend> DefaultQuantScheme for B {}
 
+/// `TensorData::assert_approx_eq` with the tolerance widened TOL_SCALE times: a pair `(x, y)`
+/// passes when `(x, x + (y - x) / TOL_SCALE)` passes the test's own tolerance.
+pub trait ScaledApproxEq {
+    fn assert_approx_eq_scaled<F: num_traits::Float + burn_tensor::Element>(
+        &self,
+        other: &burn_tensor::TensorData,
+        tolerance: burn_tensor::Tolerance<F>,
+    );
+}
+impl ScaledApproxEq for burn_tensor::TensorData {
+    fn assert_approx_eq_scaled<F: num_traits::Float + burn_tensor::Element>(
+        &self,
+        other: &burn_tensor::TensorData,
+        tolerance: burn_tensor::Tolerance<F>,
+    ) {
+        assert_eq!(self.shape, other.shape, "shapes differ");
+        let scale = TOL_SCALE as f64;
+        let mut bad = Vec::new();
+        for (i, (x, y)) in self.iter::<f64>().zip(other.iter::<f64>()).enumerate() {
+            if x == y || (x.is_nan() && y.is_nan()) {
+                continue;
+            }
+            let y_scaled = x + (y - x) / scale;
+            let ok = match (F::from(x), F::from(y_scaled)) {
+                (Some(a), Some(b)) => tolerance.approx_eq(a, b),
+                _ => false,
+            };
+            if !ok {
+                bad.push(format!("position {i}: {x} != {y}"));
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "not approx eq with the tolerance x{}: {}",
+            TOL_SCALE,
+            bad.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        );
+    }
+}
+
 pub mod prelude {
-    pub use super::{DefaultQuantScheme, TestBackend};
+    pub use super::{DefaultQuantScheme, ScaledApproxEq, TestBackend};
     pub use burn_tensor::Tensor;
     pub type TestTensor<const D: usize> = Tensor<TestBackend, D>;
     pub type TestTensorInt<const D: usize> = Tensor<TestBackend, D, burn_tensor::Int>;
@@ -211,14 +268,14 @@ mod $f;
 EOF
 )
     fi
-    write "$work/tests/${b}_tensor_${f}.rs" <<EOF
+    write "$work/tests/${b}_tensor_${f}${suffix}.rs" <<EOF
 $common
 pub type TestBackend = $inner;
 $prelude
 
 $tensor_mods
 EOF
-    write "$work/tests/${b}_autodiff_${f}.rs" <<EOF
+    write "$work/tests/${b}_autodiff_${f}${suffix}.rs" <<EOF
 $common
 pub type TestBackend = burn_autodiff::Autodiff<$inner>;
 $prelude
@@ -240,7 +297,7 @@ mod autodiff {
 
     /// The same tests with balanced checkpointing, as upstream's common/autodiff.rs runs them.
     mod checkpointing {
-        pub use super::{FloatElem, IntElem};
+        pub use super::{DefaultQuantScheme, FloatElem, IntElem, ScaledApproxEq};
         pub type TestBackend =
             burn_autodiff::Autodiff<$inner, burn_autodiff::checkpoint::strategy::BalancedCheckpointing>;
         pub use burn_tensor::Tensor;
@@ -273,7 +330,7 @@ if [ "$gpu" = 1 ]; then
   where="-gpu"
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$target_default}"
-name="${backend}_${suite}_${float}"
+name="${backend}_${suite}_${float}${suffix}"
 log="$work/${name}${where}.log"
 
 echo "== Burn $(git -C "$burn_dir" describe --tags 2>/dev/null || echo 0.21.0) suite: $suite, float $float, backend $backend${where}, target $CARGO_TARGET_DIR"
