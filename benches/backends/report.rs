@@ -3,7 +3,8 @@
 //! The bench binary (`main.rs`) runs every workload through criterion; this module then reads
 //! criterion's estimates (`<criterion dir>/<workload>/<backend>/new/estimates.json`, the median's
 //! point estimate in nanoseconds), writes the table and the notes, appends the hand-kept
-//! sections `benches/cpu_profile.md`, `benches/nvidia.md` and `benches/distributed.md`, and has
+//! sections `benches/cpu_profile.md`, `benches/llm.md`, `benches/nvidia.md` and
+//! `benches/distributed.md`, and has
 //! [`plot`](super::plot) draw `benches/plot.svg`.
 
 use std::fmt::Write as _;

@@ -19,8 +19,9 @@ pub struct GenerateOptions<'a> {
     pub stop_tokens: &'a [u32],
     /// How each token is chosen.
     pub sampler: Sampler,
-    /// Reads the backend's own memory in use (bytes), sampled after every token; `None` when the
-    /// backend has no such counter and the process's peak RSS is what is reported.
+    /// Reads the backend's own memory figure in bytes (on `Mlx`, its allocator's peak), sampled
+    /// after every token; `None` when the backend has no such counter and the process's peak RSS
+    /// is what is reported.
     pub device_memory: Option<&'a dyn Fn() -> u64>,
 }
 
@@ -64,7 +65,7 @@ impl Stats {
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         let memory = match (self.device_memory_peak, self.rss_peak) {
             (Some(dev), Some(rss)) => format!(
-                "peak memory {:.1} MiB (backend, sampled per token; process RSS peak {:.1} MiB)",
+                "peak memory {:.1} MiB (backend's peak; process RSS peak {:.1} MiB)",
                 mib(dev),
                 mib(rss)
             ),

@@ -201,10 +201,10 @@ fn dispatch(args: &Args) -> Result<()> {
                     ))
                 }
             };
-            let probe: &dyn Fn() -> u64 = &|| {
-                let (active, cache) = burn_mlx::memory_stats();
-                (active + cache) as u64
-            };
+            // MLX's allocator peak (arrays alive at once, since the process started), the figure
+            // mlx-lm reports: it includes the transients inside a prefill, which sampling the
+            // active memory between tokens would miss, and not MLX's cache of free buffers.
+            let probe: &dyn Fn() -> u64 = &|| burn_mlx::peak_memory() as u64;
             let name = format!("mlx ({device:?})").to_lowercase();
             run::<Mlx>(args, &device, &name, Some(probe))
         }
