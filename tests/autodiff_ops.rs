@@ -8,20 +8,10 @@
 mod common;
 
 use burn_tensor::activation;
-use burn_tensor::backend::AutodiffBackend;
 use burn_tensor::{s, DType, IndexingUpdateOp, Tensor};
 use common::*;
 
 const F32_F64: [DType; 2] = [DType::F32, DType::F64];
-
-/// `sum(y * w)` for a random `w` of y's shape, then backward.
-fn backward_weighted<B: AutodiffBackend, const D: usize>(
-    ctx: &Ctx<B>,
-    y: Tensor<B, D>,
-) -> B::Gradients {
-    let w = ctx.f_like(&y, (-1.0, 1.0));
-    (y * w).sum().backward()
-}
 
 /// One-input gradient test: `grad1!(name, tol, dtypes, shape, dist, |x| expr)`.
 macro_rules! grad1 {

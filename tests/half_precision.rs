@@ -63,15 +63,6 @@ fn check_ad<C: AdCase>(name: &str, case: &C, k: f64) {
     f.finish();
 }
 
-/// `sum(y * w)` for a random `w` of y's shape, then backward.
-fn backward_weighted<B: AutodiffBackend, const D: usize>(
-    ctx: &Ctx<B>,
-    y: Tensor<B, D>,
-) -> B::Gradients {
-    let w = ctx.f_like(&y, (-1.0, 1.0));
-    (y * w).sum().backward()
-}
-
 /// A forward case from a closure-like body: `case!(name, k, |ctx| body)`.
 macro_rules! case {
     ($name:ident, $k:expr, |$ctx:ident| $body:expr) => {

@@ -95,6 +95,31 @@ fn rows<B: Backend>(t: Tensor<B, 2>) -> Vec<Vec<f32>> {
     values.chunks(vocab).map(<[f32]>::to_vec).collect()
 }
 
+/// Logits of `prompt` then `continuation` decoded one token at a time through the cache, against
+/// one full pass over the whole sequence: the largest difference over the decoded positions, and
+/// the cached logits.
+fn cached_decode_diff<B: Backend>(
+    model: &Llm<B>,
+    prompt: &[u32],
+    continuation: &[u32],
+    label: &str,
+) -> (f32, Vec<Vec<f32>>) {
+    let n = prompt.len() + continuation.len();
+    let mut cache = model.new_cache(n);
+    let mut cached = rows(model.forward(prompt, &mut cache, Logits::Last).unwrap());
+    for &t in continuation {
+        cached.extend(rows(model.forward(&[t], &mut cache, Logits::Last).unwrap()));
+    }
+    let sequence: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
+    let mut full_cache = model.new_cache(n);
+    let full = rows(
+        model
+            .forward(&sequence, &mut full_cache, Logits::All)
+            .unwrap(),
+    );
+    (max_diff(label, &cached, &full[prompt.len() - 1..]), cached)
+}
+
 /// Largest absolute difference between two sets of rows (which must have the same shape).
 fn max_diff(label: &str, got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
     assert_eq!(got.len(), want.len(), "{label}: row count");
@@ -156,20 +181,8 @@ fn check_fixture<B: Backend>(name: &str, device: &B::Device, backend: &str) {
     );
 
     // 3. Decoding with the cache, one token at a time, against one full pass over the sequence.
-    let mut sequence = prompt.clone();
-    sequence.extend(&reference.greedy[..steps - 1]);
-    let mut cache = model.new_cache(sequence.len());
-    let mut cached = rows(model.forward(prompt, &mut cache, Logits::Last).unwrap());
-    for &t in &reference.greedy[..steps - 1] {
-        cached.extend(rows(model.forward(&[t], &mut cache, Logits::Last).unwrap()));
-    }
-    let mut full_cache = model.new_cache(sequence.len());
-    let full = rows(
-        model
-            .forward(&sequence, &mut full_cache, Logits::All)
-            .unwrap(),
-    );
-    let diff = max_diff("decode", &cached, &full[n - 1..]);
+    let (diff, cached) =
+        cached_decode_diff(&model, prompt, &reference.greedy[..steps - 1], "decode");
     println!("{name} on {backend}: cached decode vs full recompute max |diff| {diff:.3e}");
     assert!(
         diff <= TOL,
@@ -951,20 +964,7 @@ fn check_quantized_fixture(name: &str, bits: QuantBits) -> bool {
         "{name} {bits}: greedy {tokens:?} ({} f32's)",
         if same { "equal to" } else { "differs from" }
     );
-    let mut sequence = prompt.clone();
-    sequence.extend(&tokens[..steps - 1]);
-    let mut cache = model.new_cache(sequence.len());
-    let mut cached = rows(model.forward(prompt, &mut cache, Logits::Last).unwrap());
-    for &t in &tokens[..steps - 1] {
-        cached.extend(rows(model.forward(&[t], &mut cache, Logits::Last).unwrap()));
-    }
-    let mut full_cache = model.new_cache(sequence.len());
-    let full = rows(
-        model
-            .forward(&sequence, &mut full_cache, Logits::All)
-            .unwrap(),
-    );
-    let diff = max_diff("quantized decode", &cached, &full[n - 1..]);
+    let (diff, _) = cached_decode_diff(&model, prompt, &tokens[..steps - 1], "quantized decode");
     println!("{name} {bits}: cached decode vs full recompute max |diff| {diff:.3e}");
     assert!(
         diff <= TOL,

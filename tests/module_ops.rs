@@ -24,15 +24,6 @@ const TOL: Tol = Tol {
     atol: 1e-4,
 };
 
-/// `sum(y * w)` for a random `w` of y's shape, then backward.
-fn backward_weighted<B: AutodiffBackend, const D: usize>(
-    ctx: &Ctx<B>,
-    y: Tensor<B, D>,
-) -> B::Gradients {
-    let w = ctx.f_like(&y, (-1.0, 1.0));
-    (y * w).sum().backward()
-}
-
 /// Runs every config of a forward/gradient sweep and reports all failures at once.
 fn sweep_ad<C: AdCase + std::fmt::Debug>(name: &str, cases: &[C], dtypes: &[DType], tol: Tol) {
     let mut f = Failures::new(name);

@@ -19,6 +19,16 @@ use burn_tensor::{BoolStore, DType, Shape, Slice, Tensor, TensorData};
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// `sum(y * w)` for a random `w` of y's shape, then backward: gradients that weigh every
+/// output element differently.
+pub fn backward_weighted<B: AutodiffBackend, const D: usize>(
+    ctx: &Ctx<B>,
+    y: Tensor<B, D>,
+) -> B::Gradients {
+    let w = ctx.f_like(&y, (-1.0, 1.0));
+    (y * w).sum().backward()
+}
+
 /// The oracle backend.
 pub type RefB = burn_ndarray::NdArray<f32>;
 /// The backend under test.
