@@ -30,7 +30,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, Float, Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
-use burn_mlx::distributed::launch::{launch, LaunchOptions, LaunchReport};
+use burn_mlx::distributed::launch::{launch, LaunchOptions, LaunchReport, RankOutcome};
 use burn_mlx::distributed::{
     self, CommBackend, DistributedError, GradientAllReduce, Group, Hostfile, InitOptions,
     INIT_TIMEOUT_ENV, TIMEOUT_ENV,
@@ -726,6 +726,24 @@ fn data_parallel_adam_matches_one_process() {
     assert!(l1[19] < l1[0] * 0.8, "the loss should fall: {l1:?}");
 }
 
+/// Rank 0's error names every one of `needles`, and MLX still computed on rank 0 after it.
+fn assert_failed_and_recovered(r0: &RankOutcome, needles: &[&str]) {
+    let err = r0.stderr.join("\n");
+    for needle in needles {
+        assert!(
+            err.contains(needle),
+            "rank 0's error should say {needle:?}:\n{err}"
+        );
+    }
+    assert!(
+        r0.stdout
+            .iter()
+            .any(|l| l.contains("MLX still computes: 1 + 2 = 3")),
+        "MLX should still work on rank 0 after the failure:\n{}",
+        r0.output()
+    );
+}
+
 #[test]
 fn killed_rank_fails_the_other_within_30s() {
     let _serial = serial();
@@ -745,23 +763,13 @@ fn killed_rank_fails_the_other_within_30s() {
             "rank 1 should die by SIGKILL and rank 0 end by itself with a distributed error",
         );
     }
-    let err = r0.stderr.join("\n");
-    for needle in [
-        "rank 0 of 2",
-        "connection to a peer was lost",
-        "Another rank exited",
-    ] {
-        assert!(
-            err.contains(needle),
-            "rank 0's error should say {needle:?}:\n{err}"
-        );
-    }
-    assert!(
-        r0.stdout
-            .iter()
-            .any(|l| l.contains("MLX still computes: 1 + 2 = 3")),
-        "MLX should still work on rank 0 after the failure:\n{}",
-        r0.output()
+    assert_failed_and_recovered(
+        r0,
+        &[
+            "rank 0 of 2",
+            "connection to a peer was lost",
+            "Another rank exited",
+        ],
     );
     let after = r0.seconds - r1.seconds;
     eprintln!("rank 0 failed {after:.2} s after rank 1 died");
@@ -788,22 +796,12 @@ fn stalled_rank_times_out_on_the_other() {
             "rank 0 should time out by itself and the launcher kill stalled rank 1",
         );
     }
-    let err = r0.stderr.join("\n");
-    for needle in [
-        "on rank 0 of 2 did not finish within",
-        "burn-mlx closed this rank's",
-    ] {
-        assert!(
-            err.contains(needle),
-            "rank 0's error should say {needle:?}:\n{err}"
-        );
-    }
-    assert!(
-        r0.stdout
-            .iter()
-            .any(|l| l.contains("MLX still computes: 1 + 2 = 3")),
-        "MLX should still work on rank 0 after the timeout:\n{}",
-        r0.output()
+    assert_failed_and_recovered(
+        r0,
+        &[
+            "on rank 0 of 2 did not finish within",
+            "burn-mlx closed this rank's",
+        ],
     );
     let stalled_at = r1
         .stdout

@@ -645,29 +645,11 @@ impl Group {
         let timeout = self.timeout();
         let started = Instant::now();
         let id = dog.begin(started, timeout);
-        let result = {
-            let _guard = crate::tensor::eval_lock();
-            let r = mlx_rs::transforms::eval(arrays.iter()).map_err(|e| e.what().to_string());
-            if r.is_ok() {
-                device.after_eval();
-            }
-            r
-        };
+        let result = locked_eval(&arrays, device);
         let closed = dog.end(id);
         match (result, closed) {
             (Ok(()), None) => Ok(arrays),
-            (_, Some(closed)) => {
-                let e = DistributedError::Timeout {
-                    op: op.into(),
-                    rank: self.rank(),
-                    size: self.size(),
-                    shapes: shapes.into(),
-                    seconds: started.elapsed().as_secs_f64(),
-                    hint: released_hint(closed),
-                };
-                self.mark_broken(&e);
-                Err(e)
-            }
+            (_, Some(closed)) => Err(self.timed_out(op, shapes, started, released_hint(closed))),
             (Err(message), None) => Err(self.eval_failed(op, shapes, message)),
         }
     }
@@ -685,15 +667,7 @@ impl Group {
         let spawned = std::thread::Builder::new()
             .name(format!("burn-mlx-{op}"))
             .spawn(move || {
-                let result = {
-                    let _guard = crate::tensor::eval_lock();
-                    let r =
-                        mlx_rs::transforms::eval(arrays.iter()).map_err(|e| e.what().to_string());
-                    if r.is_ok() {
-                        device.after_eval();
-                    }
-                    r
-                };
+                let result = locked_eval(&arrays, device);
                 let _ = tx.send((result, arrays));
             });
         if let Err(e) = spawned {
@@ -718,18 +692,30 @@ impl Group {
                          {TIMEOUT_ENV})"
                     )
                 };
-                let e = DistributedError::Timeout {
-                    op: op.into(),
-                    rank: self.rank(),
-                    size: self.size(),
-                    shapes: shapes.into(),
-                    seconds: started.elapsed().as_secs_f64(),
-                    hint,
-                };
-                self.mark_broken(&e);
-                Err(e)
+                Err(self.timed_out(op, shapes, started, hint))
             }
         }
+    }
+
+    /// The error of a collective that passed the group's timeout (started at `started`); the
+    /// group is marked unusable.
+    fn timed_out(
+        &self,
+        op: &str,
+        shapes: &str,
+        started: Instant,
+        hint: String,
+    ) -> DistributedError {
+        let e = DistributedError::Timeout {
+            op: op.into(),
+            rank: self.rank(),
+            size: self.size(),
+            shapes: shapes.into(),
+            seconds: started.elapsed().as_secs_f64(),
+            hint,
+        };
+        self.mark_broken(&e);
+        e
     }
 
     /// The error of a collective whose evaluation MLX failed (a lost peer, or another error);
@@ -1001,4 +987,14 @@ fn close_matching_sockets(
     _close: bool,
 ) -> usize {
     0
+}
+
+/// Evaluates `arrays` under burn-mlx's evaluation lock, telling `device` when it succeeded.
+fn locked_eval(arrays: &[Array], device: MlxDevice) -> Result<(), String> {
+    let _guard = crate::tensor::eval_lock();
+    let r = mlx_rs::transforms::eval(arrays.iter()).map_err(|e| e.what().to_string());
+    if r.is_ok() {
+        device.after_eval();
+    }
+    r
 }
