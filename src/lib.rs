@@ -27,6 +27,7 @@ mod device;
 pub mod distributed;
 mod dtype;
 mod error;
+pub mod fast;
 pub(crate) mod ffi;
 mod ops;
 pub mod quant;

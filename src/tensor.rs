@@ -192,6 +192,17 @@ impl<E> MlxTensor<E> {
         Ok(())
     }
 
+    /// Starts computing the pending graph of this tensor and returns without waiting (MLX's
+    /// `async_eval`); a later read or [`eval`](Self::eval) waits only for what is not done.
+    pub fn start_eval(&self) -> Result<(), MlxError> {
+        crate::trace::check_not_tracing("start_eval")?;
+        let _guard = eval_lock();
+        mlx_rs::transforms::async_eval([&self.array])
+            .map_err(|e| MlxError::mlx("start_eval", e))?;
+        self.device.after_eval();
+        Ok(())
+    }
+
     /// The same array with another element-type marker (no check: callers check the dtype).
     pub(crate) fn retag<F>(self) -> MlxTensor<F> {
         MlxTensor {

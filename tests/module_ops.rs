@@ -956,6 +956,115 @@ fn attention_grads() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// burn_mlx::fast: MLX's fused kernels on `Mlx`, Burn's ops composed on the reference (and under
+// autodiff, where the composed form runs on both sides)
+// ---------------------------------------------------------------------------------------------
+
+/// `fast::rms_norm` and `fast::RotaryEmbedding` on `[b, h, s, d]`, rope at position `offset`.
+#[derive(Debug, Clone)]
+struct Fast {
+    shape: [usize; 4],
+    offset: usize,
+    /// Inverse frequencies `theta^(-2i/d)`, scaled by `scale` on the upper half (a stand-in
+    /// for Llama 3's rescaling: frequencies that are not a geometric series).
+    theta: f64,
+    scale: f64,
+}
+
+impl Fast {
+    fn frequencies(&self) -> Vec<f64> {
+        let d = self.shape[3];
+        (0..d / 2)
+            .map(|i| {
+                let f = self.theta.powf(-((2 * i) as f64) / d as f64);
+                if i >= d / 4 {
+                    f / self.scale
+                } else {
+                    f
+                }
+            })
+            .collect()
+    }
+
+    fn inputs<B: Backend>(&self, ctx: &Ctx<B>) -> (Tensor<B, 4>, Tensor<B, 1>) {
+        let x = ctx.f(self.shape, (-2.0, 2.0));
+        let w = ctx.f([self.shape[3]], (0.5, 1.5));
+        (x, w)
+    }
+
+    fn outputs<B: Backend>(
+        &self,
+        x: Tensor<B, 4>,
+        w: Tensor<B, 1>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let rope = burn_mlx::fast::RotaryEmbedding::<B>::new(&self.frequencies(), &x.device());
+        let normed = burn_mlx::fast::rms_norm(x.clone(), w, 1e-6);
+        (normed, rope.apply(x, self.offset))
+    }
+}
+
+impl Case for Fast {
+    fn run<B: Backend>(&self, ctx: &Ctx<B>) -> Vec<TensorData> {
+        let (x, w) = self.inputs(ctx);
+        outs(self.outputs(x, w))
+    }
+}
+
+impl AdCase for Fast {
+    fn run<B: AutodiffBackend>(&self, ctx: &Ctx<B>) -> Vec<TensorData> {
+        let (x, w) = self.inputs(ctx);
+        let (x, w) = (x.require_grad(), w.require_grad());
+        let (normed, rotated) = self.outputs(x.clone(), w.clone());
+        let g = backward_weighted(ctx, normed.clone() + rotated.clone());
+        outs((normed, rotated, x.grad(&g), w.grad(&g)))
+    }
+}
+
+fn fast_cases() -> Vec<Fast> {
+    let base = Fast {
+        shape: [1, 3, 5, 8],
+        offset: 0,
+        theta: 10_000.0,
+        scale: 1.0,
+    };
+    vec![
+        base.clone(),
+        Fast {
+            offset: 37,
+            ..base.clone()
+        },
+        Fast {
+            shape: [2, 4, 1, 64],
+            offset: 1000,
+            theta: 1_000_000.0,
+            scale: 8.0,
+        },
+        Fast {
+            shape: [1, 2, 9, 128],
+            offset: 3,
+            theta: 500_000.0,
+            scale: 4.0,
+        },
+    ]
+}
+
+#[test]
+fn fast_kernels_match_composed_ops() {
+    // Angles up to ~1000 rad in f32: both sides round them alike only to ~1e-4.
+    sweep(
+        "fast",
+        &fast_cases(),
+        &[DType::F32, DType::F16, DType::BF16],
+        Tol::LOOSE,
+    );
+}
+
+#[test]
+fn fast_kernels_grads() {
+    sweep_ad("fast_grads", &fast_cases(), &[DType::F32], Tol::LOOSE);
+}
+
+// ---------------------------------------------------------------------------------------------
 // FFT (burn-ndarray has none: the reference is a DFT by matmul)
 // ---------------------------------------------------------------------------------------------
 

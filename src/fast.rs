@@ -1,0 +1,251 @@
+//! MLX's fused kernels for backend-generic Burn code: [`rms_norm`], [`RotaryEmbedding`] and
+//! [`start_eval`].
+//!
+//! Burn has no op for RMS normalization or rotary position embeddings, so a model written for any
+//! backend composes them from eight to ten tensor ops each. On a GPU, every one of those ops is a
+//! kernel launch and, in MLX, a node of the graph that the host walks on every evaluation; in an
+//! LLM's decode step, where each op touches a few kilobytes, those launches are the cost. These
+//! functions take and return ordinary `Tensor<B, D>`s. When `B` is [`Mlx`] they run MLX's fused
+//! kernels (`mlx::fast::rms_norm`, `mlx::fast::rope`: one kernel each); on every other backend,
+//! `Autodiff<Mlx>` included, they compose the same computation from Burn's ops, so that one model
+//! runs everywhere and is fast on MLX.
+//!
+//! [`start_eval`] starts computing a tensor without waiting for it (MLX's `async_eval`): a decode
+//! loop builds the graph of its next step while the device computes the current one.
+
+use crate::ops::base::binary;
+use crate::{Mlx, MlxError, MlxTensor};
+use burn_tensor::backend::Backend;
+use burn_tensor::{BasicOps, DType, Int, Tensor, TensorData, TensorKind, TensorPrimitive};
+use mlx_rs::fast;
+use std::any::Any;
+
+/// `value` as `T` when it is one (a primitive of `Mlx` seen through a generic backend).
+fn cast<T: 'static, U: 'static>(value: T) -> Result<U, T> {
+    let boxed: Box<dyn Any> = Box::new(value);
+    match boxed.downcast::<U>() {
+        Ok(u) => Ok(*u),
+        Err(back) => Err(*back
+            .downcast::<T>()
+            .expect("a failed downcast gives the value back")),
+    }
+}
+
+/// The MLX tensor behind a float tensor of backend `B`, when `B` is [`Mlx`] and the tensor is not
+/// quantized; otherwise the tensor, unchanged.
+fn float_on_mlx<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<MlxTensor, Tensor<B, D>> {
+    match cast::<_, TensorPrimitive<Mlx>>(x.into_primitive()) {
+        Ok(TensorPrimitive::Float(t)) => Ok(t),
+        Ok(other) => Err(Tensor::from_primitive(
+            cast(other).expect("B is Mlx: the primitive converts back"),
+        )),
+        Err(p) => Err(Tensor::from_primitive(p)),
+    }
+}
+
+/// A float tensor of backend `B` (which is [`Mlx`]) from an MLX tensor.
+fn float_from_mlx<B: Backend, const D: usize>(t: MlxTensor) -> Tensor<B, D> {
+    let primitive: TensorPrimitive<B> = cast(TensorPrimitive::<Mlx>::Float(t))
+        .unwrap_or_else(|_| unreachable!("called only when B is Mlx"));
+    Tensor::from_primitive(primitive)
+}
+
+/// Root-mean-square normalization of `x` over its last axis, scaled by `weight` (as long as that
+/// axis): `x / sqrt(mean(x²) + eps) · weight`, the normalization of Llama, Qwen and Gemma-style
+/// models.
+///
+/// The mean square and the division are computed in f32 whatever `x`'s dtype; the result has
+/// `x`'s dtype. On [`Mlx`] this is MLX's fused `rms_norm` kernel (one kernel; it also applies
+/// `weight` in f32, before the result is rounded, where Hugging Face's half-precision modules
+/// round first: the two differ by at most one rounding of the result). Elsewhere it is composed
+/// from Burn's ops (eight of them).
+///
+/// # Panics
+///
+/// When `weight`'s length is not the size of `x`'s last axis.
+///
+/// ```
+/// use burn_mlx::{fast, Mlx, MlxDevice};
+/// use burn_tensor::Tensor;
+///
+/// let device = MlxDevice::Cpu;
+/// let x = Tensor::<Mlx, 2>::from_floats([[3.0, 4.0]], &device);
+/// let y = fast::rms_norm(x, Tensor::from_floats([1.0, 2.0], &device), 0.0);
+/// // mean(9, 16) = 12.5, so y = [3, 8] / sqrt(12.5).
+/// y.into_data().assert_approx_eq::<f32>(
+///     &burn_tensor::TensorData::from([[0.8485281, 2.2627417]]),
+///     burn_tensor::Tolerance::default(),
+/// );
+/// ```
+pub fn rms_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 1>,
+    eps: f64,
+) -> Tensor<B, D> {
+    let [n] = weight.dims();
+    let last = x.dims()[D - 1];
+    assert_eq!(
+        n,
+        last,
+        "rms_norm: weight has {n} values, x's last axis {last} (x is {:?})",
+        x.dims()
+    );
+    let x = match float_on_mlx(x) {
+        Ok(x) => {
+            let w = float_on_mlx(weight).unwrap_or_else(|_| unreachable!("same backend as x"));
+            let out = binary(x, w, "rms_norm", |x, w| {
+                fast::rms_norm(x, Some(&w.as_dtype(x.dtype())?), eps as f32)
+            });
+            return float_from_mlx(out);
+        }
+        Err(x) => x,
+    };
+    let dtype = x.dtype();
+    let x32 = if dtype == DType::F32 {
+        x
+    } else {
+        x.cast(DType::F32)
+    };
+    let mean_square = x32.clone().square().mean_dim(D - 1);
+    // A division rather than `recip()`: burn-ndarray's reciprocal is approximate (relative error
+    // 5e-5 on an AVX-512 CPU), enough to move an LLM's logits by 1e-4 from run to run.
+    let normed = x32 / (mean_square + eps).sqrt();
+    let normed = if dtype == DType::F32 {
+        normed
+    } else {
+        normed.cast(dtype)
+    };
+    normed * weight.unsqueeze::<D>()
+}
+
+/// Rotary position embeddings in the "rotate half" layout of Hugging Face's Llama and Qwen
+/// models: for a head vector `x` of size `d` at position `p`, element `i < d/2` becomes
+/// `x[i]·cos(p·f[i]) − x[i + d/2]·sin(p·f[i])` and element `i + d/2` becomes
+/// `x[i + d/2]·cos(p·f[i]) + x[i]·sin(p·f[i])`, with `f` the inverse frequencies (any scaling
+/// already applied to them).
+///
+/// On [`Mlx`], [`apply`](Self::apply) is MLX's fused `rope` kernel (one kernel); elsewhere it is
+/// composed from Burn's ops, with the angles computed in f32 as transformers does.
+#[derive(Debug, Clone)]
+pub struct RotaryEmbedding<B: Backend> {
+    /// `f`, `[d/2]`, f32.
+    inverse_frequencies: Tensor<B, 1>,
+    /// `1/f`, `[d/2]`, f32: what MLX's kernel takes.
+    periods: Tensor<B, 1>,
+}
+
+impl<B: Backend> RotaryEmbedding<B> {
+    /// Rotary embeddings with the given inverse frequencies (`d/2` of them for head size `d`).
+    ///
+    /// # Panics
+    ///
+    /// When `inverse_frequencies` is empty or holds a value that is not finite and positive.
+    pub fn new(inverse_frequencies: &[f64], device: &B::Device) -> Self {
+        assert!(
+            !inverse_frequencies.is_empty()
+                && inverse_frequencies
+                    .iter()
+                    .all(|f| f.is_finite() && *f > 0.0),
+            "RotaryEmbedding: inverse frequencies must be finite and positive, got {inverse_frequencies:?}"
+        );
+        let n = inverse_frequencies.len();
+        let vector =
+            |v: Vec<f32>| Tensor::<B, 1>::from_data(TensorData::new(v, [n]), (device, DType::F32));
+        Self {
+            inverse_frequencies: vector(inverse_frequencies.iter().map(|&f| f as f32).collect()),
+            periods: vector(
+                inverse_frequencies
+                    .iter()
+                    .map(|&f| (1.0 / f) as f32)
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The head size this embedding rotates (twice the number of frequencies).
+    pub fn head_dim(&self) -> usize {
+        2 * self.inverse_frequencies.dims()[0]
+    }
+
+    /// Rotates `x`, `[batch, heads, seq, head_dim]`, whose sequence positions are
+    /// `offset..offset + seq`. The result has `x`'s dtype.
+    ///
+    /// # Panics
+    ///
+    /// When `x`'s last axis is not [`head_dim`](Self::head_dim).
+    pub fn apply(&self, x: Tensor<B, 4>, offset: usize) -> Tensor<B, 4> {
+        let [_, _, seq, d] = x.dims();
+        assert_eq!(
+            d,
+            self.head_dim(),
+            "RotaryEmbedding::apply: x is {:?}, the embedding rotates heads of {}",
+            x.dims(),
+            self.head_dim()
+        );
+        let x = match float_on_mlx(x) {
+            Ok(x) => {
+                let periods = float_on_mlx(self.periods.clone())
+                    .unwrap_or_else(|_| unreachable!("same backend as x"));
+                let out = binary(x, periods, "rope", |x, periods| {
+                    fast::rope(x, d as i32, false, None, 1.0, offset as i32, periods)
+                });
+                return float_from_mlx(out);
+            }
+            Err(x) => x,
+        };
+        let device = x.device();
+        let half = d / 2;
+        let positions = Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, &device)
+            .float()
+            .cast(DType::F32)
+            .reshape([seq, 1]);
+        let angles = positions * self.inverse_frequencies.clone().reshape([1, half]);
+        let dtype = x.dtype();
+        let table = |t: Tensor<B, 2>| t.cast(dtype).reshape([1, 1, seq, d]);
+        let cos = angles.clone().cos();
+        let sin = angles.sin();
+        let cos = table(Tensor::cat(vec![cos.clone(), cos], 1));
+        let sin = table(Tensor::cat(vec![sin.clone().neg(), sin], 1));
+        let swapped = Tensor::cat(
+            vec![
+                x.clone().narrow(3, half, half),
+                x.clone().narrow(3, 0, half),
+            ],
+            3,
+        );
+        x * cos + swapped * sin
+    }
+}
+
+/// Starts computing `tensor` on its device and returns without waiting (MLX's `async_eval`).
+/// Reading the tensor later waits only for what is not finished yet. On backends other than
+/// [`Mlx`] this does nothing (their reads compute what they need).
+///
+/// A decode loop uses it to keep the device busy while the host builds the next step: build the
+/// step whose input is the token tensor just produced, start it, then read that token.
+///
+/// # Errors
+///
+/// When MLX fails to schedule the computation (see [`MlxTensor::start_eval`]).
+pub fn start_eval<B: Backend, const D: usize, K: TensorKind<B> + BasicOps<B>>(
+    tensor: &Tensor<B, D, K>,
+) -> Result<(), MlxError>
+where
+    K::Primitive: 'static,
+{
+    let primitive: Box<dyn Any> = Box::new(tensor.clone().into_primitive());
+    let mlx = match primitive.downcast::<MlxTensor>() {
+        Ok(t) => Some(*t),
+        Err(other) => match other.downcast::<TensorPrimitive<Mlx>>() {
+            Ok(p) => match *p {
+                TensorPrimitive::Float(t) => Some(t),
+                TensorPrimitive::QFloat(t) => Some(t),
+            },
+            Err(_) => None,
+        },
+    };
+    match mlx {
+        Some(t) => t.start_eval(),
+        None => Ok(()),
+    }
+}
