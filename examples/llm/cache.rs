@@ -1,12 +1,10 @@
 //! The key/value cache: per layer, one key and one value tensor `[1, kv_heads, capacity,
 //! head_dim]` allocated once for the whole context. Each step writes its new positions in place
 //! with `slice_assign` and attends over the filled prefix, so a token costs neither a
-//! concatenation of the cache nor a recomputation of earlier positions. The RoPE tables, sized by
-//! the same capacity, live here too.
+//! concatenation of the cache nor a recomputation of earlier positions.
 
 use super::config::LlmConfig;
 use super::error::{LlmError, Result};
-use super::rope::RopeTables;
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Tensor};
 
@@ -49,7 +47,6 @@ impl<B: Backend> LayerCache<B> {
 #[derive(Debug)]
 pub struct KvCache<B: Backend> {
     layers: Vec<LayerCache<B>>,
-    rope: RopeTables<B>,
     len: usize,
     capacity: usize,
     shape: [usize; 4],
@@ -67,7 +64,6 @@ impl<B: Backend> KvCache<B> {
             .collect();
         Self {
             layers,
-            rope: RopeTables::new(config, capacity, device, dtype),
             len: 0,
             capacity,
             shape,
@@ -92,6 +88,12 @@ impl<B: Backend> KvCache<B> {
     /// Forgets the sequence (the buffers are kept and overwritten by the next prompt).
     pub fn reset(&mut self) {
         self.len = 0;
+    }
+
+    /// Forgets the last `n` positions (the next write overwrites them): a pipelined decode loop
+    /// that ran one step past the end of the sequence takes it back.
+    pub fn rewind(&mut self, n: usize) {
+        self.len = self.len.saturating_sub(n);
     }
 
     /// Bytes the key/value buffers take in `dtype_size`-byte elements.
@@ -121,9 +123,9 @@ impl<B: Backend> KvCache<B> {
         Ok(())
     }
 
-    /// The layer caches and the RoPE tables, for one forward pass.
-    pub(super) fn parts(&mut self) -> (&mut [LayerCache<B>], &RopeTables<B>) {
-        (&mut self.layers, &self.rope)
+    /// The layer caches, for one forward pass.
+    pub(super) fn layers(&mut self) -> &mut [LayerCache<B>] {
+        &mut self.layers
     }
 
     /// Marks `seq` more positions as filled (after every layer wrote them).

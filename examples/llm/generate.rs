@@ -8,8 +8,14 @@ use super::error::{LlmError, Result};
 use super::model::{Llm, Logits};
 use super::sampling::Sampler;
 use burn_tensor::backend::Backend;
-use burn_tensor::{BasicOps, DType, Tensor, TensorData};
+use burn_tensor::{BasicOps, DType, Int, Tensor, TensorData};
 use std::time::{Duration, Instant};
+
+/// Prompt positions per prefill step: a longer prompt is run in chunks of this many positions
+/// (the last chunk may be shorter), which bounds the memory of attention's scores (MLX's
+/// attention without a fused kernel holds `heads × chunk × context` of them). mlx-lm's
+/// `prefill_step_size` is the same setting (2,048 there).
+pub const PREFILL_CHUNK: usize = 512;
 
 /// How to generate.
 pub struct GenerateOptions<'a> {
@@ -106,18 +112,79 @@ fn read<B: Backend, const D: usize, K: BasicOps<B>>(
 /// back), sampling on the host.
 pub fn next_token<B: Backend>(logits: Tensor<B, 2>, sampler: &mut Sampler) -> Result<u32> {
     if sampler.is_greedy() {
-        let data = read(logits.argmax(1), "argmax")?;
-        let id = data
-            .iter::<i64>()
-            .next()
-            .ok_or_else(|| LlmError::Input("argmax returned nothing".into()))?;
-        return Ok(id as u32);
+        return read_token(logits.argmax(1));
     }
     let data = read(logits.cast(DType::F32), "logits")?.convert::<f32>();
     let row = data
         .to_vec::<f32>()
         .map_err(|e| LlmError::Input(format!("logits: {e:?}")))?;
     Ok(sampler.sample(&row))
+}
+
+/// Greedy decoding with the device kept busy: each step's graph is built from the previous
+/// step's argmax while it is still on the device, and started ([`burn_mlx::fast::start_eval`],
+/// which does nothing on backends other than `Mlx`) before that previous token is read back,
+/// as `mlx_lm.generate` does. Returns when the first token was on the host. `step_done(i)` runs
+/// after the `i`-th token after the first.
+///
+/// A step built past an end-of-sequence token is taken back out of the cache, so the cache ends
+/// as the unpipelined loop leaves it: every generated token but the last written.
+fn greedy_pipelined<B: Backend>(
+    model: &Llm<B>,
+    cache: &mut KvCache<B>,
+    logits: Tensor<B, 2>,
+    options: &GenerateOptions,
+    tokens: &mut Vec<u32>,
+    on_token: &mut dyn FnMut(u32) -> Result<()>,
+    step_done: &mut dyn FnMut(usize),
+) -> Result<Instant> {
+    let start_eval = |t: &Tensor<B, 2, Int>| {
+        burn_mlx::fast::start_eval(t)
+            .map_err(|e| LlmError::Input(format!("starting a decode step failed: {e}")))
+    };
+    let mut current = logits.argmax(1);
+    start_eval(&current)?;
+    let mut first: Option<Instant> = None;
+    loop {
+        // One more step is needed unless this token fills the budget.
+        let next = if tokens.len() + 1 < options.max_tokens {
+            let next = model
+                .forward_ids(current.clone(), cache, Logits::Last)?
+                .argmax(1);
+            start_eval(&next)?;
+            Some(next)
+        } else {
+            None
+        };
+        let token = read_token(current)?;
+        match first {
+            None => first = Some(Instant::now()),
+            Some(_) => step_done(tokens.len()),
+        }
+        if options.stop_tokens.contains(&token) {
+            if next.is_some() {
+                cache.rewind(1);
+            }
+            break;
+        }
+        tokens.push(token);
+        on_token(token)?;
+        match next {
+            Some(next) => current = next,
+            None => break,
+        }
+    }
+    Ok(first.expect("the loop reads at least one token"))
+}
+
+/// Reads a token id (`[1, 1]`) back from the device.
+fn read_token<B: Backend>(id: Tensor<B, 2, Int>) -> Result<u32> {
+    let data = read(id, "argmax")?;
+    let id = data
+        .iter::<i64>()
+        .next()
+        .ok_or_else(|| LlmError::Input("argmax returned nothing".into()))?;
+    Ok(id as u32)
 }
 
 /// Generates after `prompt`, which is written into `cache` (it must be empty or hold the
@@ -132,6 +199,9 @@ pub fn generate<B: Backend>(
 ) -> Result<(Vec<u32>, Stats)> {
     if options.max_tokens == 0 {
         return Err(LlmError::Input("max_tokens must be at least 1".into()));
+    }
+    if prompt.is_empty() {
+        return Err(LlmError::Input("the prompt has no tokens".into()));
     }
     // Room for the prompt and every token that is fed back (the last one never is).
     let needed = cache.len() + prompt.len() + options.max_tokens - 1;
@@ -154,29 +224,52 @@ pub fn generate<B: Backend>(
     };
 
     let start = Instant::now();
-    let logits = model.forward(prompt, cache, Logits::Last)?;
-    let mut token = next_token(logits, &mut options.sampler)?;
-    let time_to_first_token = start.elapsed();
-    sample_memory(&mut device_peak);
-    let first_done = Instant::now();
-
+    // The prompt in chunks of `PREFILL_CHUNK` positions, each started before the next is built:
+    // attention's transient scores then scale with the chunk, not with the whole prompt.
+    let (head, last) = prompt.split_at(prompt.len() - (prompt.len() - 1) % PREFILL_CHUNK - 1);
+    for chunk in head.chunks(PREFILL_CHUNK) {
+        let logits = model.forward(chunk, cache, Logits::Last)?;
+        burn_mlx::fast::start_eval(&logits)
+            .map_err(|e| LlmError::Input(format!("starting a prefill chunk failed: {e}")))?;
+    }
+    let logits = model.forward(last, cache, Logits::Last)?;
     let mut tokens = Vec::with_capacity(options.max_tokens);
     let mut decode_steps = 0;
-    loop {
-        if options.stop_tokens.contains(&token) {
-            break;
-        }
-        tokens.push(token);
-        on_token(token)?;
-        if tokens.len() == options.max_tokens {
-            break;
-        }
-        let logits = model.forward(&[token], cache, Logits::Last)?;
-        token = next_token(logits, &mut options.sampler)?;
-        decode_steps += 1;
+    let first_done = if options.sampler.is_greedy() {
+        greedy_pipelined(
+            model,
+            cache,
+            logits,
+            options,
+            &mut tokens,
+            on_token,
+            &mut |i| {
+                sample_memory(&mut device_peak);
+                decode_steps = i;
+            },
+        )?
+    } else {
+        let mut token = next_token(logits, &mut options.sampler)?;
+        let first_done = Instant::now();
         sample_memory(&mut device_peak);
-    }
+        loop {
+            if options.stop_tokens.contains(&token) {
+                break;
+            }
+            tokens.push(token);
+            on_token(token)?;
+            if tokens.len() == options.max_tokens {
+                break;
+            }
+            let logits = model.forward(&[token], cache, Logits::Last)?;
+            token = next_token(logits, &mut options.sampler)?;
+            decode_steps += 1;
+            sample_memory(&mut device_peak);
+        }
+        first_done
+    };
     let decode_time = first_done.elapsed();
+    let time_to_first_token = first_done - start;
     let stats = Stats {
         prompt_tokens: prompt.len(),
         generated_tokens: tokens.len(),

@@ -340,6 +340,11 @@ fn bench<B: Backend>(
         Ok(())
     })?;
     drop(warm_cache);
+    // The measured run's peak: weights, cache and the run's own transients, without the warm-up
+    // or the one-off buffers of quantizing the weights (mlx-lm quantizes at conversion time).
+    if device_memory.is_some() {
+        burn_mlx::reset_peak_memory();
+    }
 
     let mut cache = model.new_cache(prompt.len() + max_tokens);
     let mut options = GenerateOptions {

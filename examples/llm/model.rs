@@ -14,7 +14,8 @@
 use super::cache::{KvCache, LayerCache};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
-use super::rope::RopeTables;
+use super::rope::rotary_embedding;
+use burn_mlx::fast::{rms_norm, RotaryEmbedding};
 use burn_mlx::quant::{QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
 use burn_tensor::activation::silu;
 use burn_tensor::backend::Backend;
@@ -178,25 +179,9 @@ impl<B: Backend> RmsNorm<B> {
         })
     }
 
-    /// Normalizes `x` over its last axis.
+    /// Normalizes `x` over its last axis (in f32; one fused kernel on `Mlx`).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let dtype = x.dtype();
-        let x = if dtype == DType::F32 {
-            x
-        } else {
-            x.cast(DType::F32)
-        };
-        let mean_square = x.clone().square().mean_dim(D - 1);
-        // A division rather than `recip()`: burn-ndarray's reciprocal is approximate (relative
-        // error 5e-5 measured on this AVX-512 CPU, exact division 0), which moved the Qwen3
-        // fixture's logits by 7e-5, and by a different amount from run to run.
-        let normed = x / (mean_square + self.eps).sqrt();
-        let normed = if dtype == DType::F32 {
-            normed
-        } else {
-            normed.cast(dtype)
-        };
-        normed * self.weight.clone().unsqueeze::<D>()
+        rms_norm(x, self.weight.clone(), self.eps)
     }
 }
 
@@ -244,7 +229,7 @@ impl<B: Backend> Attention<B> {
         &self,
         x: Tensor<B, 3>,
         cache: &mut LayerCache<B>,
-        rope: &RopeTables<B>,
+        rope: &RotaryEmbedding<B>,
         offset: usize,
     ) -> Result<Tensor<B, 3>> {
         let [b, seq, _] = x.dims();
@@ -376,7 +361,7 @@ impl<B: Backend> DecoderLayer<B> {
         &self,
         x: Tensor<B, 3>,
         cache: &mut LayerCache<B>,
-        rope: &RopeTables<B>,
+        rope: &RotaryEmbedding<B>,
         offset: usize,
     ) -> Result<Tensor<B, 3>> {
         let h = x.clone()
@@ -482,6 +467,8 @@ pub struct Llm<B: Backend> {
     norm: RmsNorm<B>,
     /// The output projection, `[vocab, hidden]` (the embedding table itself when tied).
     lm_head: Weight<B>,
+    /// Rotary position embeddings, shared by every layer.
+    rope: RotaryEmbedding<B>,
     device: B::Device,
     dtype: DType,
     quant: QuantReport,
@@ -506,12 +493,14 @@ impl<B: Backend> Llm<B> {
         } else {
             src.matrix("lm_head.weight", [v, h])?.transpose()
         };
+        let rope = rotary_embedding(&config, device);
         Ok(Self {
             config,
             embed_tokens: Embedding::Dense(embed_tokens),
             layers,
             norm,
             lm_head: Weight::Dense(lm_head_t),
+            rope,
             device: device.clone(),
             dtype,
             quant: QuantReport::default(),
@@ -660,19 +649,34 @@ impl<B: Backend> Llm<B> {
                 self.config.vocab_size
             )));
         }
-        cache.check(&self.config, seq)?;
-        let offset = cache.len();
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, seq]), &self.device);
+        self.forward_ids(ids, cache, which)
+    }
+
+    /// [`forward`](Self::forward) for token ids already on the device (`[1, seq]`), such as the
+    /// argmax of the previous step's logits: the step's graph can then be built before that
+    /// token is known on the host. The ids must lie inside the vocabulary (unchecked here).
+    pub fn forward_ids(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        cache: &mut KvCache<B>,
+        which: Logits,
+    ) -> Result<Tensor<B, 2>> {
+        let [batch, seq] = ids.dims();
+        if batch != 1 || seq == 0 {
+            return Err(LlmError::Input(format!(
+                "forward: token ids must be [1, seq] with seq >= 1, got [{batch}, {seq}]"
+            )));
+        }
+        cache.check(&self.config, seq)?;
+        let offset = cache.len();
         let mut x = match &self.embed_tokens {
             Embedding::Dense(table) => embedding(table.clone(), ids),
             Embedding::Quantized(q) => q.rows(ids)?,
         };
-        {
-            let (layer_caches, rope) = cache.parts();
-            for (layer, layer_cache) in self.layers.iter().zip(layer_caches) {
-                x = layer.forward(x, layer_cache, rope, offset)?;
-            }
+        for (layer, layer_cache) in self.layers.iter().zip(cache.layers()) {
+            x = layer.forward(x, layer_cache, &self.rope, offset)?;
         }
         cache.advance(seq);
         let x = self.norm.forward(x);
