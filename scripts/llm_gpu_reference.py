@@ -18,6 +18,7 @@ remaining new tokens over the time after the first).
 
 Usage (on the GPU machine; mlx-lm's and MLX's wheels on PYTHONPATH):
     python scripts/llm_gpu_reference.py --model-dir /tmp/qwen3-0.6b-random [--skip-transformers]
+        [--mlx-lm-variants bf16,f32,q8,q4]
 """
 
 import argparse
@@ -45,12 +46,12 @@ QWEN3_06B = dict(
 
 def write_model(model_dir: Path, prompt_len: int, seed: int) -> list:
     """Random bf16 weights and config.json with transformers, and a random prompt."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     ids_path = model_dir / "prompt_ids.txt"
     if (model_dir / "model.safetensors").exists() and ids_path.exists():
         return [int(t) for t in ids_path.read_text().split(",")]
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     torch.manual_seed(seed)
     config = Qwen3Config(**QWEN3_06B, torch_dtype="bfloat16")
     model = Qwen3ForCausalLM(config).to(torch.bfloat16)
@@ -62,13 +63,33 @@ def write_model(model_dir: Path, prompt_len: int, seed: int) -> list:
     return ids
 
 
-def time_mlx_lm(model_dir: Path, ids: list, new_tokens: int) -> dict:
-    """mlx-lm's generate_step, greedy, as mlx_lm.generate times it."""
+def time_mlx_lm(model_dir: Path, ids: list, new_tokens: int, variant: str) -> dict:
+    """mlx-lm's generate_step, greedy, as mlx_lm.generate times it.
+
+    `variant`: `bf16` (the file's dtype), `f32` (weights cast, as `llm --dtype f32` does), or
+    `q8`/`q4` (MLX's affine quantization, group size 64, of every Linear and of the embedding,
+    which serves as the tied output projection: what `mlx_lm.convert -q` makes).
+    """
     import mlx.core as mx
+    import mlx.nn as nn
     from mlx_lm.generate import generate_step
     from mlx_lm.utils import load_model
 
     model, _ = load_model(model_dir)
+    if variant == "f32":
+        model.set_dtype(mx.float32)
+    elif variant in ("q8", "q4"):
+        nn.quantize(
+            model,
+            group_size=64,
+            bits=int(variant[1]),
+            class_predicate=lambda _, m: hasattr(m, "to_quantized")
+            and m.weight.shape[-1] % 64 == 0,
+        )
+    elif variant != "bf16":
+        raise SystemExit(f"unknown mlx-lm variant {variant!r} (bf16, f32, q8, q4)")
+    mx.eval(model.parameters())
+    mx.reset_peak_memory()
     prompt = mx.array(ids)
 
     def once(n):
@@ -86,6 +107,7 @@ def time_mlx_lm(model_dir: Path, ids: list, new_tokens: int) -> dict:
     first, total, count = once(new_tokens)
     return dict(
         runner="mlx-lm",
+        variant=variant,
         device=str(mx.default_device()),
         prompt_tokens=len(ids),
         new_tokens=count,
@@ -144,11 +166,18 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--skip-mlx-lm", action="store_true")
+    parser.add_argument(
+        "--mlx-lm-variants",
+        default="bf16",
+        help="comma-separated mlx-lm runs: bf16, f32, q8, q4 (default bf16)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ids = write_model(args.model_dir, args.prompt_len, args.seed)
     if not args.skip_mlx_lm:
-        print(json.dumps(time_mlx_lm(args.model_dir, ids, args.new_tokens)), flush=True)
+        for variant in args.mlx_lm_variants.split(","):
+            result = time_mlx_lm(args.model_dir, ids, args.new_tokens, variant)
+            print(json.dumps(result), flush=True)
     if not args.skip_transformers:
         print(json.dumps(time_transformers(args.model_dir, ids, args.new_tokens)), flush=True)
 
