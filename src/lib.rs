@@ -29,6 +29,7 @@ mod dtype;
 mod error;
 pub mod fast;
 pub(crate) mod ffi;
+mod graph;
 mod ops;
 pub mod quant;
 mod tensor;
@@ -40,6 +41,7 @@ pub use compile::{compile, compile_float, Compiled, CompiledFloat};
 pub use device::MlxDevice;
 pub use error::MlxError;
 pub use ffi::{memory_stats, peak_memory, reset_peak_memory};
+pub use graph::{pending_by_kind, pending_primitives, PrimitiveKind};
 pub use tensor::{Dynamic, MlxTensor};
 
 /// The types most programs need, and the traits of the low-level API ([`MlxOps`] for the
