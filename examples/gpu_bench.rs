@@ -20,9 +20,9 @@ extern crate burn_core as burn;
 #[path = "common/device_flag.rs"]
 mod device_flag;
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn_autodiff::Autodiff;
-use burn_mlx::{compile_float, Mlx, MlxDevice};
+use burn_mlx::{compile_float, pending_primitives, Mlx, MlxDevice, PrimitiveKind};
 use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -33,6 +33,7 @@ use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Distribution, Int, Tensor, TensorData};
 use clap::Parser;
 use device_flag::DeviceFlag;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -143,6 +144,66 @@ fn step_secs<M: AutodiffModule<AD>>(
     })
 }
 
+/// Collects the MLX tensors behind a module's float parameters.
+struct Params(Vec<burn_mlx::MlxTensor>);
+
+impl ModuleVisitor<AD> for Params {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AD, D>>) {
+        self.0.push(param.val().inner().into_primitive().tensor());
+    }
+}
+
+/// The MLX primitives of one training step (forward, backward, Adam), counted by kind: one step
+/// is run and evaluated first, so that the count covers a steady-state step (parameter
+/// initialization and the optimizer's first-step state excluded).
+fn step_primitives<M: AutodiffModule<AD>>(
+    model: M,
+    loss: impl Fn(&M) -> Tensor<AD, 1>,
+) -> BTreeMap<String, usize> {
+    let mut optim = AdamConfig::new().init::<AD, M>();
+    let mut step = |m: M| {
+        let l = loss(&m);
+        let grads = GradientsParams::from_grads(l.backward(), &m);
+        (optim.step(1e-3, m, grads), l)
+    };
+    let (m, l) = step(model);
+    let mut params = Params(vec![]);
+    m.visit(&mut params);
+    params.0.push(l.inner().into_primitive().tensor());
+    for t in &params.0 {
+        t.eval().expect("the first step evaluates");
+    }
+    let (m, l) = step(m);
+    let mut params = Params(vec![]);
+    m.visit(&mut params);
+    params.0.push(l.inner().into_primitive().tensor());
+    let refs: Vec<&burn_mlx::MlxTensor> = params.0.iter().collect();
+    pending_primitives(&refs).expect("counting the step's primitives")
+}
+
+/// Prints one row of the primitive-count table (by kind), then the ten most frequent primitives.
+fn print_counts(name: &str, counts: &BTreeMap<String, usize>) {
+    let mut kinds: BTreeMap<PrimitiveKind, usize> = BTreeMap::new();
+    for (primitive, n) in counts {
+        *kinds.entry(PrimitiveKind::of(primitive)).or_insert(0) += n;
+    }
+    let total: usize = kinds.values().sum();
+    let without_views = total - kinds.get(&PrimitiveKind::View).copied().unwrap_or(0);
+    let cells: Vec<String> = kinds.iter().map(|(k, n)| format!("{k:?} {n}")).collect();
+    println!(
+        "{name:<28} primitives {total:>5} (computing {without_views:>5}): {}",
+        cells.join(", ")
+    );
+    let mut top: Vec<(&String, &usize)> = counts.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let cells: Vec<String> = top
+        .iter()
+        .take(10)
+        .map(|(p, n)| format!("{p} {n}"))
+        .collect();
+    println!("{:<28}   most frequent: {}", "", cells.join(", "));
+}
+
 fn labels(n: usize, device: &MlxDevice) -> Tensor<AD, 1, Int> {
     let v: Vec<i64> = (0..n).map(|i| (i * 7 % 10) as i64).collect();
     Tensor::from_data(TensorData::new(v, [n]), device)
@@ -169,6 +230,10 @@ struct Args {
     /// Also write the numbers as JSON to FILE (for `scripts/gpu_reference.py`).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Instead of timing, count the MLX primitives of one training step of each model (forward,
+    /// backward, Adam update), by kind: the kernel launches a step pays for.
+    #[arg(long)]
+    count_primitives: bool,
 }
 
 /// How much each workload measures: the full run or `--quick`'s.
@@ -200,12 +265,54 @@ impl Sizes {
     }
 }
 
+/// `--count-primitives`: the primitive counts of one step of each training workload.
+fn count_primitives(device: &MlxDevice) {
+    let ce = CrossEntropyLossConfig::new().init(device);
+    let x = Tensor::<AD, 2>::random([128, 784], Distribution::Default, device);
+    let y = labels(128, device);
+    let counts = step_primitives(Mlp::<AD>::new(device), |m| {
+        ce.forward(m.forward(x.clone()), y.clone())
+    });
+    print_counts("MLP step (batch 128)", &counts);
+
+    let x = Tensor::<AD, 4>::random([64, 1, 28, 28], Distribution::Default, device);
+    let y = labels(64, device);
+    let counts = step_primitives(Cnn::<AD>::new(device), |m| {
+        ce.forward(m.forward(x.clone()), y.clone())
+    });
+    print_counts("CNN step (batch 64)", &counts);
+
+    let (model, x, target) = transformer_workload(device);
+    let counts = step_primitives(model, |m| {
+        let out = m.forward(TransformerEncoderInput::new(x.clone()));
+        (out - target.clone()).powi_scalar(2).mean()
+    });
+    print_counts("Transformer step (batch 16)", &counts);
+}
+
+/// The Transformer workload: the encoder of `cargo bench` (d_model 256, 8 heads, 2 layers,
+/// feed-forward 1024), an input and a regression target of batch 16 and 128 positions.
+fn transformer_workload(
+    device: &MlxDevice,
+) -> (TransformerEncoder<AD>, Tensor<AD, 3>, Tensor<AD, 3>) {
+    let model = TransformerEncoderConfig::new(256, 1024, 8, 2)
+        .with_dropout(0.0)
+        .init(device);
+    let x = Tensor::<AD, 3>::random([16, 128, 256], Distribution::Default, device);
+    let target = Tensor::<AD, 3>::random([16, 128, 256], Distribution::Default, device);
+    (model, x, target)
+}
+
 fn main() {
     let args = Args::parse();
     let device = MlxDevice::from(args.device);
     if let Err(e) = device.check() {
         eprintln!("gpu_bench: {e}");
         std::process::exit(1);
+    }
+    if args.count_primitives {
+        count_primitives(&device);
+        return;
     }
     let sizes = Sizes::new(args.quick);
     let budget = sizes.budget;
@@ -315,11 +422,7 @@ fn main() {
     });
     push("CNN step (batch 64)".into(), "burn-mlx", t);
 
-    let model: TransformerEncoder<AD> = TransformerEncoderConfig::new(256, 1024, 8, 2)
-        .with_dropout(0.0)
-        .init(&device);
-    let x = Tensor::<AD, 3>::random([16, 128, 256], Distribution::Default, &device);
-    let target = Tensor::<AD, 3>::random([16, 128, 256], Distribution::Default, &device);
+    let (model, x, target) = transformer_workload(&device);
     let t = step_secs(model, budget, |m| {
         let out = m.forward(TransformerEncoderInput::new(x.clone()));
         (out - target.clone()).powi_scalar(2).mean()

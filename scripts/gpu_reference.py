@@ -12,6 +12,12 @@ Usage (needs `mlx` with `mlx-cuda-13` 0.32.2, and torch with CUDA, in the same P
     python3 scripts/gpu_reference.py burn.json > table.md
 
 It prints a Markdown table that compares each workload with the reference.
+
+    python3 scripts/gpu_reference.py --profile
+
+profiles one PyTorch step of each model instead (after a warm-up step) with `torch.profiler`:
+the CUDA kernels it launches and their GPU time, grouped by kind (GEMM, elementwise, reduction
+and normalization, optimizer, copy), the counterpart of `gpu_bench --count-primitives`.
 """
 
 import json
@@ -43,11 +49,94 @@ def mlx_matmul(n, dtype_name):
     return median_secs(lambda: mx.eval(a @ b))
 
 
-def torch_steps():
+def torch_models():
+    """The three PyTorch workloads: name -> (model, input, loss function)."""
     import torch
     from torch import nn
 
     dev = torch.device("cuda")
+    labels = lambda n: torch.tensor([(i * 7) % 10 for i in range(n)], device=dev)
+    ce = nn.CrossEntropyLoss()
+    mlp = nn.Sequential(
+        nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    ).to(dev)
+    y = labels(128)
+    cnn = nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, 10),
+    ).to(dev)
+    y64 = labels(64)
+    layer = nn.TransformerEncoderLayer(
+        d_model=256, nhead=8, dim_feedforward=1024, dropout=0.0,
+        activation="gelu", batch_first=True, norm_first=False,
+    )
+    enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(dev)
+    target = torch.rand(16, 128, 256, device=dev)
+    return {
+        "MLP step (batch 128)": (mlp, torch.rand(128, 784, device=dev), lambda o: ce(o, y)),
+        "CNN step (batch 64)": (cnn, torch.rand(64, 1, 28, 28, device=dev), lambda o: ce(o, y64)),
+        "Transformer step (batch 16)": (
+            enc, torch.rand(16, 128, 256, device=dev), lambda o: ((o - target) ** 2).mean()
+        ),
+    }
+
+
+def kernel_kind(name):
+    """The kind of a CUDA kernel, from its name."""
+    n = name.lower()
+    if any(k in n for k in ("adam", "multi_tensor", "foreach")):
+        return "optimizer"
+    if any(k in n for k in ("gemm", "cutlass", "xmma", "sm90_", "sm80_", "cublas", "conv", "winograd", "implicit")):
+        return "GEMM/conv"
+    if any(k in n for k in ("softmax", "norm", "reduce", "sum", "mean", "nll", "max_pool", "argmax")):
+        return "reduction/normalization"
+    if any(k in n for k in ("copy", "cat", "memcpy", "memset", "transpose", "index", "gather", "scatter", "fill")):
+        return "copy"
+    if any(k in n for k in ("elementwise", "vectorized", "unrolled", "pointwise")):
+        return "elementwise"
+    return "other"
+
+
+def torch_profile():
+    """One profiled step per model: kernel launches and GPU time by kind."""
+    import collections
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, (model, x, loss_fn) in torch_models().items():
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x))
+            loss.backward()
+            opt.step()
+            loss.item()
+
+        step()
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        count = collections.Counter()
+        micros = collections.Counter()
+        for evt in prof.events():
+            if evt.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            kind = kernel_kind(evt.name)
+            count[kind] += 1
+            micros[kind] += evt.device_time
+        total = sum(count.values())
+        cells = ", ".join(
+            f"{k} {count[k]} ({micros[k]:.0f} us)" for k in sorted(count, key=lambda k: -count[k])
+        )
+        print(f"{name}: {total} CUDA kernels/copies, {sum(micros.values()):.0f} us GPU time: {cells}")
+
+
+def torch_steps():
+    import torch
 
     def step_secs(model, x, loss_fn):
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -61,41 +150,17 @@ def torch_steps():
 
         return median_secs(step)
 
-    labels = lambda n: torch.tensor([(i * 7) % 10 for i in range(n)], device=dev)
-    ce = nn.CrossEntropyLoss()
-    out = {}
-
-    mlp = nn.Sequential(
-        nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
-    ).to(dev)
-    y = labels(128)
-    out["MLP step (batch 128)"] = step_secs(
-        mlp, torch.rand(128, 784, device=dev), lambda o: ce(o, y)
-    )
-
-    cnn = nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, 10),
-    ).to(dev)
-    y64 = labels(64)
-    out["CNN step (batch 64)"] = step_secs(
-        cnn, torch.rand(64, 1, 28, 28, device=dev), lambda o: ce(o, y64)
-    )
-
-    layer = nn.TransformerEncoderLayer(
-        d_model=256, nhead=8, dim_feedforward=1024, dropout=0.0,
-        activation="gelu", batch_first=True, norm_first=False,
-    )
-    enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(dev)
-    target = torch.rand(16, 128, 256, device=dev)
-    out["Transformer step (batch 16)"] = step_secs(
-        enc, torch.rand(16, 128, 256, device=dev), lambda o: ((o - target) ** 2).mean()
-    )
+    out = {
+        name: step_secs(model, x, loss_fn)
+        for name, (model, x, loss_fn) in torch_models().items()
+    }
     return out, torch.__version__, torch.cuda.get_device_name(0)
 
 
 def main():
+    if sys.argv[1:] == ["--profile"]:
+        torch_profile()
+        return
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     burn = json.load(open(sys.argv[1]))
