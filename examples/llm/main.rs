@@ -29,17 +29,18 @@ use burn_mlx::quant::QuantBits;
 use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_tensor::backend::Backend;
-use burn_tensor::DType;
+use burn_tensor::{DType, Int, Tensor};
 use clap::{Parser, ValueEnum};
 use llm::config::{LlmConfig, PRESETS};
 use llm::error::{LlmError, Result};
 use llm::generate::{generate, GenerateOptions};
-use llm::model::Llm;
+use llm::model::{Llm, Logits};
 use llm::sampling::Sampler;
 use llm::tokenizer::{encode, load_tokenizer, TextStream};
 use llm::weights::load_model;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -161,6 +162,10 @@ struct Args {
     /// Prompt length of --bench (random token ids).
     #[arg(long, default_value_t = 512)]
     prompt_len: usize,
+    /// With --bench on `Mlx`: also count the MLX primitives of one decode step (by kind), the
+    /// launches a token pays for.
+    #[arg(long)]
+    count_primitives: bool,
 }
 
 fn main() -> ExitCode {
@@ -303,6 +308,52 @@ fn print_token(stream: Option<&mut TextStream>, token: u32) -> Result<()> {
     out.flush().map_err(io)
 }
 
+/// The MLX primitives pending behind `t` (an error on backends other than `Mlx`).
+fn pending<B: Backend>(t: Tensor<B, 2, Int>) -> Result<BTreeMap<String, usize>> {
+    let primitive: Box<dyn std::any::Any> = Box::new(t.into_primitive());
+    let t = primitive.downcast::<burn_mlx::MlxTensor>().map_err(|_| {
+        LlmError::Input("--count-primitives counts MLX graphs: use it with --backend mlx".into())
+    })?;
+    burn_mlx::pending_primitives(&[&t])
+        .map_err(|e| LlmError::Input(format!("counting MLX primitives failed: {e}")))
+}
+
+/// `--count-primitives`: prints the MLX primitives of one decode step after `prompt`: the graph
+/// of prefill + one step, less that of the prefill alone (built again, the same graph).
+fn count_decode_primitives<B: Backend>(model: &Llm<B>, prompt: &[u32]) -> Result<()> {
+    let mut cache = model.new_cache(prompt.len() + 1);
+    let first = model.forward(prompt, &mut cache, Logits::Last)?.argmax(1);
+    let both = pending(
+        model
+            .forward_ids(first, &mut cache, Logits::Last)?
+            .argmax(1),
+    )?;
+    let mut cache = model.new_cache(prompt.len());
+    let prefill = pending(model.forward(prompt, &mut cache, Logits::Last)?.argmax(1))?;
+    let mut step: Vec<(String, usize)> = both
+        .into_iter()
+        .map(|(name, n)| {
+            let n = n.saturating_sub(*prefill.get(&name).unwrap_or(&0));
+            (name, n)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    step.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, n) in &step {
+        *kinds
+            .entry(format!("{:?}", burn_mlx::PrimitiveKind::of(name)))
+            .or_insert(0) += n;
+    }
+    let total: usize = step.iter().map(|(_, n)| n).sum();
+    let names: Vec<String> = step.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    println!(
+        "one decode step: {total} MLX primitives; by kind {kinds:?}; {}",
+        names.join(", ")
+    );
+    Ok(())
+}
+
 /// `--bench`: random weights of a preset shape, a random prompt, one warm-up run, one measured
 /// run, one line of results.
 fn bench<B: Backend>(
@@ -344,6 +395,10 @@ fn bench<B: Backend>(
     // or the one-off buffers of quantizing the weights (mlx-lm quantizes at conversion time).
     if device_memory.is_some() {
         burn_mlx::reset_peak_memory();
+    }
+
+    if args.count_primitives {
+        count_decode_primitives(&model, &prompt)?;
     }
 
     let mut cache = model.new_cache(prompt.len() + max_tokens);
