@@ -13,6 +13,11 @@ pub(crate) fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         configure_cuda_graphs();
+        // SAFETY: installs a process-wide C++ terminate handler; no arguments, idempotent.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            mlx_sys::burn_mlx_install_terminate_guard();
+        }
         // Any mlx-rs call that goes through its error guard installs the handler.
         let _ = mlx_rs::Device::try_default();
     });
