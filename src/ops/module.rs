@@ -1,4 +1,4 @@
-//! Burn's `ModuleOps` for [`Mlx`]: convolutions, pooling, interpolation, attention and FFT.
+//! Burn's `ModuleOps` for [`Mlx`]: convolutions, pooling, interpolation, attention, FFT and CTC.
 //!
 //! Burn lays out images as NCHW with OIHW weights; MLX convolutions are channels-last (NHWC input,
 //! OHWI weights), so the convolution ops transpose at the boundary. Pooling builds the windows
@@ -7,7 +7,8 @@
 //! per-axis matrices (their backward passes are the transposed matmuls).
 //!
 //! The op families live in sibling files: `conv.rs`, `pool.rs`, `interpolate.rs`,
-//! `attention.rs`, `fft.rs` and `deform_conv.rs`.
+//! `attention.rs`, `fft.rs`, `deform_conv.rs` and `ctc.rs` (CTC loss and its gradient, computed
+//! in f32 for half-precision inputs).
 
 #[path = "attention.rs"]
 mod attention;
@@ -15,6 +16,8 @@ mod attention;
 mod common;
 #[path = "conv.rs"]
 mod conv;
+#[path = "ctc.rs"]
+mod ctc;
 #[path = "deform_conv.rs"]
 mod deform_conv;
 #[path = "fft.rs"]
@@ -316,6 +319,38 @@ impl ModuleOps<Mlx> for Mlx {
         options: AttentionModuleOptions,
     ) -> MlxTensor {
         attention::attention(query, key, value, mask, attn_bias, options)
+    }
+
+    fn ctc_loss(
+        log_probs: MlxTensor,
+        targets: MlxTensor,
+        input_lengths: MlxTensor,
+        target_lengths: MlxTensor,
+        blank: usize,
+    ) -> MlxTensor {
+        ctc::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
+    }
+
+    fn has_ctc_loss_backward() -> bool {
+        true
+    }
+
+    fn ctc_loss_backward(
+        log_probs: MlxTensor,
+        targets: MlxTensor,
+        input_lengths: MlxTensor,
+        target_lengths: MlxTensor,
+        grad_loss: MlxTensor,
+        blank: usize,
+    ) -> MlxTensor {
+        ctc::ctc_loss_backward(
+            log_probs,
+            targets,
+            input_lengths,
+            target_lengths,
+            grad_loss,
+            blank,
+        )
     }
 
     fn rfft(signal: MlxTensor, dim: usize, n: Option<usize>) -> (MlxTensor, MlxTensor) {
