@@ -139,17 +139,17 @@ impl<B: Backend> Linear<B> {
         })
     }
 
-    /// Applies the layer to `[batch, seq, in]`.
-    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
-        let [b, s, input] = x.dims();
-        // A 2-D product against the transposed view: BLAS and MLX take it without a copy.
-        let y = self.weight.matmul_t(x.reshape([b * s, input]))?;
-        let y = match &self.bias {
+    /// Applies the layer to `[seq, in]` (the hidden states of one sequence).
+    ///
+    /// A 2-D product against the transposed view, which BLAS and MLX take without a copy; the
+    /// model keeps its hidden states 2-D (batch 1) so that no reshape surrounds it (on a GPU every
+    /// op of a decode step is host work, and the reshapes were a quarter of them).
+    pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        let y = self.weight.matmul_t(x)?;
+        Ok(match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
             None => y,
-        };
-        let out = y.dims()[1];
-        Ok(y.reshape([b, s, out]))
+        })
     }
 
     /// The layer with its weight quantized (see [`Weight::quantize`]), counting it in `report`
@@ -223,16 +223,17 @@ impl<B: Backend> Attention<B> {
         })
     }
 
-    /// Attends `x` (`[1, seq, hidden]`, positions `offset..offset + seq`) over the cached prefix
+    /// Attends `x` (`[seq, hidden]`, positions `offset..offset + seq`) over the cached prefix
     /// and itself, writing its keys and values into `cache`.
     fn forward(
         &self,
-        x: Tensor<B, 3>,
+        x: Tensor<B, 2>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         offset: usize,
-    ) -> Result<Tensor<B, 3>> {
-        let [b, seq, _] = x.dims();
+    ) -> Result<Tensor<B, 2>> {
+        let [seq, _] = x.dims();
+        let b = 1;
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let q = self.q_proj.forward(x.clone())?.reshape([b, seq, hq, d]);
         let k = self.k_proj.forward(x.clone())?.reshape([b, seq, hkv, d]);
@@ -246,7 +247,7 @@ impl<B: Backend> Attention<B> {
         let (k, v) = cache.write(k, v.swap_dims(1, 2), offset);
         let out = grouped_attention(q, k, v, 1.0 / (d as f64).sqrt());
         self.o_proj
-            .forward(out.swap_dims(1, 2).reshape([b, seq, hq * d]))
+            .forward(out.swap_dims(1, 2).reshape([seq, hq * d]))
     }
 
     fn quantize(self, bits: QuantBits, prefix: &str, report: &mut QuantReport) -> Result<Self> {
@@ -316,7 +317,7 @@ impl<B: Backend> Mlp<B> {
         })
     }
 
-    fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>> {
+    fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
         let gated = silu(self.gate_proj.forward(x.clone())?) * self.up_proj.forward(x)?;
         self.down_proj.forward(gated)
     }
@@ -359,11 +360,11 @@ impl<B: Backend> DecoderLayer<B> {
 
     fn forward(
         &self,
-        x: Tensor<B, 3>,
+        x: Tensor<B, 2>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         offset: usize,
-    ) -> Result<Tensor<B, 3>> {
+    ) -> Result<Tensor<B, 2>> {
         let h = x.clone()
             + self
                 .self_attn
@@ -671,10 +672,11 @@ impl<B: Backend> Llm<B> {
         }
         cache.check(&self.config, seq)?;
         let offset = cache.len();
-        let mut x = match &self.embed_tokens {
+        let x = match &self.embed_tokens {
             Embedding::Dense(table) => embedding(table.clone(), ids),
             Embedding::Quantized(q) => q.rows(ids)?,
         };
+        let mut x = x.reshape([seq, self.config.hidden_size]);
         for (layer, layer_cache) in self.layers.iter().zip(cache.layers()) {
             x = layer.forward(x, layer_cache, &self.rope, offset)?;
         }
@@ -682,10 +684,8 @@ impl<B: Backend> Llm<B> {
         let x = self.norm.forward(x);
         let x = match which {
             Logits::All => x,
-            Logits::Last => x.narrow(1, seq - 1, 1),
+            Logits::Last => x.narrow(0, seq - 1, 1),
         };
-        let rows = x.dims()[1];
-        self.lm_head
-            .matmul_t(x.reshape([rows, self.config.hidden_size]))
+        self.lm_head.matmul_t(x)
     }
 }
