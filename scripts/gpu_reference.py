@@ -105,15 +105,7 @@ def torch_profile():
     from torch.profiler import ProfilerActivity, profile
 
     for name, (model, x, loss_fn) in torch_models().items():
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x))
-            loss.backward()
-            opt.step()
-            loss.item()
-
+        step = adam_step(model, x, loss_fn)
         step()
         step()
         torch.cuda.synchronize()
@@ -135,23 +127,27 @@ def torch_profile():
         print(f"{name}: {total} CUDA kernels/copies, {sum(micros.values()):.0f} us GPU time: {cells}")
 
 
+def adam_step(model, x, loss_fn):
+    """One training step (forward, backward, Adam, loss read back) as a function."""
+    import torch
+
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x))
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    return step
+
+
 def torch_steps():
     import torch
 
-    def step_secs(model, x, loss_fn):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x))
-            loss.backward()
-            opt.step()
-            loss.item()
-
-        return median_secs(step)
-
     out = {
-        name: step_secs(model, x, loss_fn)
+        name: median_secs(adam_step(model, x, loss_fn))
         for name, (model, x, loss_fn) in torch_models().items()
     }
     return out, torch.__version__, torch.cuda.get_device_name(0)
