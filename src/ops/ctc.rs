@@ -28,26 +28,40 @@
 //!   outside `[0, C)` are clamped into it (MLX gathers do not check bounds). An input length of
 //!   0 reads the loss off the first time step, as Burn's default does.
 
-use super::common::{run, Failure, Res};
+use super::common::{accumulation_dtype, run, Failure, Res};
+use crate::ops::base::cast_array;
 use crate::{ffi, MlxTensor};
 use mlx_rs::{ops, Array, Dtype};
 
-/// The dtype the recursions run in: f64 stays f64, every other float type computes in f32.
-fn compute_dtype(input: Dtype) -> Dtype {
-    if input == Dtype::Float64 {
-        Dtype::Float64
-    } else {
-        Dtype::Float32
-    }
-}
-
 /// Casts `a` to `dtype` (no copy when it already has it).
 fn to_dtype(a: &Array, dtype: Dtype) -> Res {
-    Ok(if a.dtype() == dtype {
-        a.clone()
-    } else {
-        a.as_dtype(dtype)?
-    })
+    Ok(cast_array(a.clone(), dtype)?)
+}
+
+/// `log_probs` in the dtype the recursions run in (f32 for f16/bf16) and their lattice, or
+/// `None` for an empty batch; shared by the loss and its gradient.
+fn setup(
+    log_probs: &MlxTensor,
+    targets: &MlxTensor,
+    input_lengths: &MlxTensor,
+    target_lengths: &MlxTensor,
+    blank: usize,
+) -> Res<Option<(Array, Lattice)>> {
+    let lp = to_dtype(
+        &log_probs.array,
+        accumulation_dtype(log_probs.array.dtype()),
+    )?;
+    if lp.shape().len() == 3 && lp.shape()[1] == 0 {
+        return Ok(None);
+    }
+    let lat = lattice(
+        &lp,
+        &targets.array,
+        &input_lengths.array,
+        &target_lengths.array,
+        blank,
+    )?;
+    Ok(Some((lp, lat)))
 }
 
 /// The inputs of both recursions, in the compute dtype.
@@ -296,17 +310,10 @@ pub(super) fn ctc_loss(
     let inputs = [&log_probs, &targets, &input_lengths, &target_lengths];
     run("ctc_loss", &inputs, || {
         let dtype = log_probs.array.dtype();
-        let lp = to_dtype(&log_probs.array, compute_dtype(dtype))?;
-        if lp.shape().len() == 3 && lp.shape()[1] == 0 {
+        let Some((_, lat)) = setup(&log_probs, &targets, &input_lengths, &target_lengths, blank)?
+        else {
             return Ok(ops::zeros_dtype(&[0], dtype)?);
-        }
-        let lat = lattice(
-            &lp,
-            &targets.array,
-            &input_lengths.array,
-            &target_lengths.array,
-            blank,
-        )?;
+        };
         let (alphas, scale) = lat.alphas()?;
         let nll = lat.nll(alphas.last().expect("T > 0"), &scale)?;
         to_dtype(&nll, dtype)
@@ -333,19 +340,11 @@ pub(super) fn ctc_loss_backward(
     ];
     run("ctc_loss_backward", &inputs, || {
         let dtype = log_probs.array.dtype();
-        let cdt = compute_dtype(dtype);
-        let lp = to_dtype(&log_probs.array, cdt)?;
-        let shape = lp.shape().to_vec();
-        if shape.len() == 3 && shape[1] == 0 {
-            return Ok(ops::zeros_dtype(&shape, dtype)?);
-        }
-        let lat = lattice(
-            &lp,
-            &targets.array,
-            &input_lengths.array,
-            &target_lengths.array,
-            blank,
-        )?;
+        let Some((lp, lat)) = setup(&log_probs, &targets, &input_lengths, &target_lengths, blank)?
+        else {
+            return Ok(ops::zeros_dtype(log_probs.array.shape(), dtype)?);
+        };
+        let cdt = lp.dtype();
         let (t, n, l) = (lat.t, lat.n, lat.l);
         if grad_loss.array.shape() != [n] {
             return Err(Failure::from(format!(

@@ -61,6 +61,16 @@ pub(crate) fn run_many<T>(op: &str, inputs: &[&MlxTensor], f: impl FnOnce() -> R
     device.scope(f).or_panic(op, &arrays)
 }
 
+/// The dtype half-precision work is accumulated in: f32 for f16/bf16, the dtype itself
+/// otherwise (pooling gradients, CTC's recursions).
+pub(crate) fn accumulation_dtype(dtype: Dtype) -> Dtype {
+    if matches!(dtype, Dtype::Float16 | Dtype::Bfloat16) {
+        Dtype::Float32
+    } else {
+        dtype
+    }
+}
+
 /// Converts sizes to MLX's `i32`.
 pub(crate) fn ints(v: &[usize]) -> Vec<i32> {
     v.iter().map(|&x| x as i32).collect()

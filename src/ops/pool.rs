@@ -5,7 +5,9 @@
 //! of the maximum in the flattened `H * W` plane of the unpadded input. The backward passes
 //! scatter-add the output gradient into the input's shape.
 
-use super::common::{float_const, int_const, ints, run, run_many, Failure, Res};
+use super::common::{
+    accumulation_dtype, float_const, int_const, ints, run, run_many, Failure, Res,
+};
 use super::interpolate::{separable, separable_transposed};
 use crate::dtype::int_mlx;
 use crate::{Mlx, MlxTensor};
@@ -387,15 +389,6 @@ pub(super) fn avg_pool2d_backward(
         let hi = ints(&[n, c, padding[0] + h, padding[1] + w]);
         Ok(crate::ffi::slice(&acc, &lo, &hi, &[1, 1, 1, 1])?.as_dtype(out_dtype)?)
     })
-}
-
-/// The dtype pooling gradients are accumulated in: f32 for f16/bf16, the dtype itself otherwise.
-fn accumulation_dtype(dtype: Dtype) -> Dtype {
-    if matches!(dtype, Dtype::Float16 | Dtype::Bfloat16) {
-        Dtype::Float32
-    } else {
-        dtype
-    }
 }
 
 /// The `[out, input]` averaging matrix of adaptive pooling along one axis.
