@@ -1,5 +1,5 @@
-//! MLX's fused kernels for backend-generic Burn code: [`rms_norm`], [`RotaryEmbedding`] and
-//! [`start_eval`].
+//! MLX's fused kernels for backend-generic Burn code: [`rms_norm`], [`RotaryEmbedding`],
+//! [`slice_assign_at`] and [`start_eval`].
 //!
 //! Burn has no op for RMS normalization or rotary position embeddings, so a model written for any
 //! backend composes them from eight to ten tensor ops each. On a GPU, every one of those ops is a
@@ -12,42 +12,42 @@
 //!
 //! [`start_eval`] starts computing a tensor without waiting for it (MLX's `async_eval`): a decode
 //! loop builds the graph of its next step while the device computes the current one.
+//!
+//! [`RotaryEmbedding::apply_at`] and [`slice_assign_at`] take a position as a tensor rather than
+//! a host integer. A step whose shapes do not change (an LLM's decode step over its whole
+//! cache) can then be traced once and replayed at every position with [`crate::compile`]: a
+//! position known only on the host would be baked into the trace.
 
 use crate::ops::base::binary;
-use crate::{Mlx, MlxError, MlxTensor};
+use crate::tensor::OrPanic;
+#[cfg(doc)]
+use crate::Mlx;
+use crate::{from_mlx, to_mlx, MlxError, MlxTensor};
 use burn_tensor::backend::Backend;
-use burn_tensor::{BasicOps, DType, Int, Tensor, TensorData, TensorKind, TensorPrimitive};
+use burn_tensor::{BasicOps, DType, ElementConversion, Int, Tensor, TensorData, TensorKind};
 use mlx_rs::fast;
-use std::any::Any;
-
-/// `value` as `T` when it is one (a primitive of `Mlx` seen through a generic backend).
-fn cast<T: 'static, U: 'static>(value: T) -> Result<U, T> {
-    let boxed: Box<dyn Any> = Box::new(value);
-    match boxed.downcast::<U>() {
-        Ok(u) => Ok(*u),
-        Err(back) => Err(*back
-            .downcast::<T>()
-            .expect("a failed downcast gives the value back")),
-    }
-}
 
 /// The MLX tensor behind a float tensor of backend `B`, when `B` is [`Mlx`] and the tensor is not
 /// quantized; otherwise the tensor, unchanged.
 fn float_on_mlx<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<MlxTensor, Tensor<B, D>> {
-    match cast::<_, TensorPrimitive<Mlx>>(x.into_primitive()) {
-        Ok(TensorPrimitive::Float(t)) => Ok(t),
-        Ok(other) => Err(Tensor::from_primitive(
-            cast(other).expect("B is Mlx: the primitive converts back"),
-        )),
-        Err(p) => Err(Tensor::from_primitive(p)),
+    match to_mlx(x) {
+        Ok(t) if t.quant.is_some() => Err(from_mlx(t).expect("B is Mlx")),
+        other => other,
     }
 }
 
 /// A float tensor of backend `B` (which is [`Mlx`]) from an MLX tensor.
 fn float_from_mlx<B: Backend, const D: usize>(t: MlxTensor) -> Tensor<B, D> {
-    let primitive: TensorPrimitive<B> = cast(TensorPrimitive::<Mlx>::Float(t))
-        .unwrap_or_else(|_| unreachable!("called only when B is Mlx"));
-    Tensor::from_primitive(primitive)
+    from_mlx(t).unwrap_or_else(|| unreachable!("called only when B is Mlx"))
+}
+
+/// Checks that `offset` holds one position (the message names `op`).
+fn check_offset<B: Backend>(op: &str, offset: &Tensor<B, 1, Int>) {
+    let [n] = offset.dims();
+    assert_eq!(
+        n, 1,
+        "{op}: the offset must hold one position, got a tensor of {n} values"
+    );
 }
 
 /// Root-mean-square normalization of `x` over its last axis, scaled by `weight` (as long as that
@@ -175,13 +175,7 @@ impl<B: Backend> RotaryEmbedding<B> {
     /// When `x`'s last axis is not [`head_dim`](Self::head_dim).
     pub fn apply(&self, x: Tensor<B, 4>, offset: usize) -> Tensor<B, 4> {
         let [_, _, seq, d] = x.dims();
-        assert_eq!(
-            d,
-            self.head_dim(),
-            "RotaryEmbedding::apply: x is {:?}, the embedding rotates heads of {}",
-            x.dims(),
-            self.head_dim()
-        );
+        self.check_head_dim("apply", &x);
         let x = match float_on_mlx(x) {
             Ok(x) => {
                 let periods = float_on_mlx(self.periods.clone())
@@ -193,12 +187,70 @@ impl<B: Backend> RotaryEmbedding<B> {
             }
             Err(x) => x,
         };
-        let device = x.device();
+        let positions =
+            Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, &x.device());
+        self.rotate_composed(x, positions)
+    }
+
+    /// [`apply`](Self::apply) with the first position given as a tensor of one integer on `x`'s
+    /// device: the position is read by the kernel, not by the host, so a traced step
+    /// ([`crate::compile`]) serves every position. On [`Mlx`] this is MLX's fused `rope` with an
+    /// array offset.
+    ///
+    /// # Panics
+    ///
+    /// When `x`'s last axis is not [`head_dim`](Self::head_dim), or `offset` does not hold one
+    /// value.
+    pub fn apply_at(&self, x: Tensor<B, 4>, offset: Tensor<B, 1, Int>) -> Tensor<B, 4> {
+        let [_, _, seq, d] = x.dims();
+        self.check_head_dim("apply_at", &x);
+        check_offset("RotaryEmbedding::apply_at", &offset);
+        // Decided by `x`: under `Autodiff<Mlx>` the integer offset is an MLX tensor while the
+        // float `x` is not.
+        let x = match float_on_mlx(x) {
+            Ok(x) => {
+                let offset = to_mlx(offset).unwrap_or_else(|_| unreachable!("B is Mlx"));
+                let periods = float_on_mlx(self.periods.clone())
+                    .unwrap_or_else(|_| unreachable!("same backend as x"));
+                let out = x
+                    .device
+                    .scope(|| {
+                        fast::rope_dynamic(
+                            &x.array,
+                            d as i32,
+                            false,
+                            None,
+                            1.0,
+                            &offset.array,
+                            &periods.array,
+                        )
+                    })
+                    .or_panic("rope", &[&x.array, &offset.array]);
+                return float_from_mlx(x.with(out));
+            }
+            Err(x) => x,
+        };
+        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &x.device()) + offset;
+        self.rotate_composed(x, positions)
+    }
+
+    /// Panics unless `x`'s last axis is the embedding's head size.
+    fn check_head_dim(&self, op: &str, x: &Tensor<B, 4>) {
+        assert_eq!(
+            x.dims()[3],
+            self.head_dim(),
+            "RotaryEmbedding::{op}: x is {:?}, the embedding rotates heads of {}",
+            x.dims(),
+            self.head_dim()
+        );
+    }
+
+    /// The rotation composed from Burn's ops, for the sequence positions `positions` (`[seq]`),
+    /// with the angles in f32.
+    fn rotate_composed(&self, x: Tensor<B, 4>, positions: Tensor<B, 1, Int>) -> Tensor<B, 4> {
+        let [_, _, seq, d] = x.dims();
         let half = d / 2;
-        let positions = Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, &device)
-            .float()
-            .cast(DType::F32)
-            .reshape([seq, 1]);
+        let positions = positions.float().cast(DType::F32).reshape([seq, 1]);
         let angles = positions * self.inverse_frequencies.clone().reshape([1, half]);
         let dtype = x.dtype();
         let table = |t: Tensor<B, 2>| t.cast(dtype).reshape([1, 1, seq, d]);
@@ -217,6 +269,99 @@ impl<B: Backend> RotaryEmbedding<B> {
     }
 }
 
+/// `target` with `update` written along `axis` at positions `offset..offset + len` (`len` being
+/// `update`'s size on that axis; every other axis of the two must match), where `offset` is a
+/// tensor of one integer on the device: the write of a key/value cache in a step that is traced
+/// once and replayed at every position ([`crate::compile`]).
+///
+/// On [`Mlx`] this is one MLX op (a slice update whose start is read on the device); when
+/// `target` is the only reference to its buffer, MLX writes in place. MLX's op does not check
+/// the offset, so it is clamped on the device first: an offset that would write past the end
+/// writes the update at the end of `target` instead (the caller, which knows how full its
+/// cache is, checks that on the host). On other backends the offset is read back to the host
+/// and checked (it panics when the update does not fit), and the write is Burn's
+/// `slice_assign`.
+///
+/// # Panics
+///
+/// When the shapes do not fit (see above), `axis` is out of range, or `offset` does not hold one
+/// value.
+///
+/// ```
+/// use burn_mlx::{fast, Mlx, MlxDevice};
+/// use burn_tensor::{Int, Tensor};
+///
+/// let device = MlxDevice::Cpu;
+/// let cache = Tensor::<Mlx, 2>::zeros([2, 4], &device);
+/// let new = Tensor::<Mlx, 2>::ones([2, 1], &device);
+/// let at = Tensor::<Mlx, 1, Int>::from_ints([2], &device);
+/// let cache = fast::slice_assign_at(cache, new, 1, at);
+/// assert_eq!(
+///     cache.into_data().to_vec::<f32>().unwrap(),
+///     [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+/// );
+/// ```
+pub fn slice_assign_at<B: Backend, const D: usize>(
+    target: Tensor<B, D>,
+    update: Tensor<B, D>,
+    axis: usize,
+    offset: Tensor<B, 1, Int>,
+) -> Tensor<B, D> {
+    let (t, u) = (target.dims(), update.dims());
+    let fits = axis < D
+        && (0..D).all(|i| {
+            if i == axis {
+                u[i] <= t[i]
+            } else {
+                u[i] == t[i]
+            }
+        });
+    assert!(
+        fits,
+        "slice_assign_at: cannot write an update of shape {u:?} into {t:?} along axis {axis} \
+         (every other axis must match, and the update must be no longer than the target)"
+    );
+    check_offset("slice_assign_at", &offset);
+    // Decided by `target`, as in `RotaryEmbedding::apply_at`.
+    let target = match float_on_mlx(target) {
+        Ok(target) => {
+            let offset = to_mlx(offset).unwrap_or_else(|_| unreachable!("B is Mlx"));
+            let update = float_on_mlx(update).unwrap_or_else(|_| unreachable!("same backend"));
+            let out = target
+                .device
+                .scope(|| -> Result<_, MlxError> {
+                    let update =
+                        crate::ops::base::cast_array(update.array.clone(), target.array.dtype())
+                            .map_err(|e| MlxError::mlx("slice_assign_at", e))?;
+                    let last = (t[axis] - u[axis]) as i32;
+                    let start = mlx_rs::ops::clip(&offset.array, (0i32, last))
+                        .map_err(|e| MlxError::mlx("slice_assign_at", e))?;
+                    crate::ffi::slice_update_dynamic(&target.array, &update, &start, &[axis as i32])
+                })
+                .or_panic(
+                    "slice_assign_at",
+                    &[&target.array, &update.array, &offset.array],
+                );
+            return float_from_mlx(target.with(out));
+        }
+        Err(target) => target,
+    };
+    let start = offset.into_scalar().elem::<i64>();
+    let len = u[axis];
+    assert!(
+        start >= 0 && start as usize + len <= t[axis],
+        "slice_assign_at: offset {start} + {len} positions run past axis {axis} of {t:?}"
+    );
+    let ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|i| {
+        if i == axis {
+            start as usize..start as usize + len
+        } else {
+            0..t[i]
+        }
+    });
+    target.slice_assign(ranges, update)
+}
+
 /// Starts computing `tensor` on its device and returns without waiting (MLX's `async_eval`).
 /// Reading the tensor later waits only for what is not finished yet. On backends other than
 /// [`Mlx`] this does nothing (their reads compute what they need).
@@ -233,17 +378,7 @@ pub fn start_eval<B: Backend, const D: usize, K: TensorKind<B> + BasicOps<B>>(
 where
     K::Primitive: 'static,
 {
-    let primitive: Box<dyn Any> = Box::new(tensor.clone().into_primitive());
-    let mlx = match primitive.downcast::<MlxTensor>() {
-        Ok(t) => Some(*t),
-        Err(other) => match other.downcast::<TensorPrimitive<Mlx>>() {
-            Ok(p) => match *p {
-                TensorPrimitive::Float(t) => Some(t),
-                TensorPrimitive::QFloat(t) => Some(t),
-            },
-            Err(_) => None,
-        },
-    };
+    let mlx = to_mlx(tensor.clone()).ok();
     match mlx {
         Some(t) => t.start_eval(),
         None => Ok(()),

@@ -197,6 +197,29 @@ pub(crate) fn slice_update(
     })
 }
 
+/// A copy of `src` with `update` written at the positions `start` (an integer array, one value
+/// per axis in `axes`) along `axes`: the start is read on the device, so one graph (a compiled
+/// step) serves every position.
+pub(crate) fn slice_update_dynamic(
+    src: &Array,
+    update: &Array,
+    start: &Array,
+    axes: &[i32],
+) -> Result<Array, MlxError> {
+    // SAFETY: the inputs are live for the call; `axes` outlives it and its length goes with it.
+    array_op("slice_assign_at", |res, s| unsafe {
+        mlx_sys::mlx_slice_update_dynamic(
+            res,
+            src.as_ptr(),
+            update.as_ptr(),
+            start.as_ptr(),
+            axes.as_ptr(),
+            axes.len(),
+            s,
+        )
+    })
+}
+
 /// `a` plus `values` added at `indices` along `axis` (Burn's `scatter_add`).
 pub(crate) fn scatter_add_axis(
     a: &Array,

@@ -30,6 +30,7 @@ mod error;
 pub mod fast;
 pub(crate) mod ffi;
 mod graph;
+mod interop;
 mod ops;
 pub mod quant;
 mod tensor;
@@ -42,6 +43,7 @@ pub use device::MlxDevice;
 pub use error::MlxError;
 pub use ffi::{memory_stats, peak_memory, reset_peak_memory};
 pub use graph::{pending_by_kind, pending_primitives, PrimitiveKind};
+pub use interop::{from_mlx, to_mlx};
 pub use tensor::{Dynamic, MlxTensor};
 
 /// The types most programs need, and the traits of the low-level API ([`MlxOps`] for the

@@ -15,7 +15,7 @@ use burn_tensor::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConvOptions, InterpolateMode,
     InterpolateOptions, UnfoldOptions,
 };
-use burn_tensor::{DType, Tensor, TensorData};
+use burn_tensor::{DType, Int, Tensor, TensorData};
 use common::*;
 
 /// Sums of a few dozen products: f32 rounding of both backends.
@@ -996,17 +996,34 @@ impl Fast {
         &self,
         x: Tensor<B, 4>,
         w: Tensor<B, 1>,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        let rope = burn_mlx::fast::RotaryEmbedding::<B>::new(&self.frequencies(), &x.device());
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+        let device = x.device();
+        let rope = burn_mlx::fast::RotaryEmbedding::<B>::new(&self.frequencies(), &device);
         let normed = burn_mlx::fast::rms_norm(x.clone(), w, 1e-6);
-        (normed, rope.apply(x, self.offset))
+        let at = Tensor::<B, 1, Int>::from_ints([self.offset as i32], &device);
+        (
+            normed,
+            rope.apply(x.clone(), self.offset),
+            rope.apply_at(x, at),
+        )
     }
 }
 
 impl Case for Fast {
     fn run<B: Backend>(&self, ctx: &Ctx<B>) -> Vec<TensorData> {
         let (x, w) = self.inputs(ctx);
-        outs(self.outputs(x, w))
+        // The position-as-tensor write: `x` into a longer buffer along axis 2 at position 2.
+        let [a, b, s, d] = self.shape;
+        let buffer = ctx.f([a, b, s + 3, d], (-1.0, 1.0));
+        let device = x.device();
+        let written = burn_mlx::fast::slice_assign_at(
+            buffer,
+            x.clone(),
+            2,
+            Tensor::<B, 1, Int>::from_ints([2], &device),
+        );
+        let (normed, rotated, rotated_at) = self.outputs(x, w);
+        outs((normed, rotated, rotated_at, written))
     }
 }
 
@@ -1014,9 +1031,9 @@ impl AdCase for Fast {
     fn run<B: AutodiffBackend>(&self, ctx: &Ctx<B>) -> Vec<TensorData> {
         let (x, w) = self.inputs(ctx);
         let (x, w) = (x.require_grad(), w.require_grad());
-        let (normed, rotated) = self.outputs(x.clone(), w.clone());
-        let g = backward_weighted(ctx, normed.clone() + rotated.clone());
-        outs((normed, rotated, x.grad(&g), w.grad(&g)))
+        let (normed, rotated, rotated_at) = self.outputs(x.clone(), w.clone());
+        let g = backward_weighted(ctx, normed.clone() + rotated.clone() + rotated_at.clone());
+        outs((normed, rotated, rotated_at, x.grad(&g), w.grad(&g)))
     }
 }
 
@@ -1056,6 +1073,28 @@ fn fast_kernels_match_composed_ops() {
         &fast_cases(),
         &[DType::F32, DType::F16, DType::BF16],
         Tol::LOOSE,
+    );
+}
+
+/// `slice_assign_at` with an offset that would run past the end: clamped on `Mlx` (MLX's op
+/// does not check), a clear panic on a backend that reads the offset on the host.
+#[test]
+fn slice_assign_at_past_the_end() {
+    fn write<B: Backend>(device: &B::Device) -> Vec<f32> {
+        let buffer = Tensor::<B, 2>::zeros([1, 4], device);
+        let update = Tensor::<B, 2>::from_floats([[1.0, 2.0]], device);
+        let at = Tensor::<B, 1, Int>::from_ints([10], device);
+        burn_mlx::fast::slice_assign_at(buffer, update, 1, at)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    }
+    assert_eq!(write::<TestB>(&Default::default()), [0.0, 0.0, 1.0, 2.0]);
+    let err = std::panic::catch_unwind(|| write::<RefB>(&Default::default())).unwrap_err();
+    let message = err.downcast_ref::<String>().expect("a formatted panic");
+    assert!(
+        message.contains("offset 10 + 2 positions run past"),
+        "{message}"
     );
 }
 
