@@ -28,6 +28,7 @@ use llm::error::LlmError;
 use llm::generate::{generate, GenerateOptions, PREFILL_CHUNK};
 use llm::model::{Llm, Logits};
 use llm::sampling::{argmax, Sampler};
+use llm::step::Decoder;
 use llm::tokenizer::{encode, load_tokenizer, TextStream};
 use llm::weights::load_model;
 use safetensors::tensor::TensorView;
@@ -162,7 +163,9 @@ fn check_fixture<B: Backend>(name: &str, device: &B::Device, backend: &str, tol:
         device_memory: None,
     };
     let mut streamed = vec![];
-    let (tokens, stats) = generate(&model, &mut cache, prompt, &mut options, &mut |t| {
+    // The fixed-shape decode step: MLX-compiled on `Mlx`, run as it is elsewhere.
+    let mut decoder = Decoder::fixed(&model);
+    let (tokens, stats) = generate(&mut decoder, &mut cache, prompt, &mut options, &mut |t| {
         streamed.push(t);
         Ok(())
     })
@@ -597,7 +600,11 @@ fn bad_requests_are_errors() {
         sampler: Sampler::greedy(),
         device_memory: None,
     };
-    let err = generate(&model, &mut cache, &[1, 2], &mut options, &mut |_| Ok(())).unwrap_err();
+    let mut decoder = Decoder::eager(&model);
+    let err = generate(&mut decoder, &mut cache, &[1, 2], &mut options, &mut |_| {
+        Ok(())
+    })
+    .unwrap_err();
     assert_mentions(&err.to_string(), &["context full", "--max-context"]);
 }
 
@@ -616,7 +623,7 @@ fn check_stop_at_eos<B: Backend>(device: &B::Device) {
         device_memory: None,
     };
     let (tokens, stats) = generate(
-        &model,
+        &mut Decoder::best(&model),
         &mut cache,
         &reference.prompt,
         &mut options,
@@ -637,6 +644,60 @@ fn check_stop_at_eos<B: Backend>(device: &B::Device) {
 fn generation_stops_at_eos() {
     check_stop_at_eos::<NdArray>(&NdArrayDevice::Cpu);
     check_stop_at_eos::<Mlx>(&MlxDevice::Cpu);
+}
+
+/// Logits of `steps` decode steps of `decoder` after prefilling `prompt`, each fed the previous
+/// step's argmax, with the cache's length after each.
+fn step_logits<B: Backend>(
+    decoder: &mut Decoder<B>,
+    prompt: &[u32],
+    steps: usize,
+) -> (Vec<Vec<f32>>, Vec<usize>) {
+    let mut cache = decoder.model().new_cache(prompt.len() + steps + 3);
+    let mut ids = decoder
+        .model()
+        .forward(prompt, &mut cache, Logits::Last)
+        .unwrap()
+        .argmax(1);
+    let (mut logits, mut lens) = (vec![], vec![]);
+    for _ in 0..steps {
+        let out = decoder.step(ids, &mut cache).unwrap();
+        ids = out.clone().argmax(1);
+        logits.extend(rows(out));
+        lens.push(cache.len());
+    }
+    (logits, lens)
+}
+
+/// The fixed-shape decode step (over the whole cache, position on the device; MLX-compiled on
+/// `Mlx`, run uncompiled on NdArray) gives the eager step's logits within f32 rounding, at every
+/// position, with the cache advancing alike. The cache holds 3 positions more than are used, so
+/// masked positions are part of every step.
+#[test]
+fn fixed_step_decodes_like_the_eager_step() {
+    fn check<B: Backend>(device: &B::Device, backend: &str) {
+        let reference = reference("qwen3");
+        let model = load_model::<B>(&fixture("qwen3"), device, DType::F32).unwrap();
+        let prompt = &reference.prompt;
+        let (want, want_lens) = step_logits(&mut Decoder::eager(&model), prompt, 8);
+        let mut fixed = Decoder::fixed(&model);
+        let (got, lens) = step_logits(&mut fixed, prompt, 8);
+        let diff = max_diff("fixed step", &got, &want);
+        println!(
+            "{backend}, {}: max |diff| vs eager {diff:.3e}",
+            fixed.describe()
+        );
+        assert!(diff <= TOL, "{backend}: fixed step differs by {diff}");
+        assert_eq!(lens, want_lens);
+        // A second sequence through the same step (on `Mlx`, the compiled trace replayed).
+        let (again, _) = step_logits(&mut fixed, prompt, 8);
+        assert_eq!(max_diff("replay", &again, &got), 0.0, "{backend}: replay");
+    }
+    check::<Mlx>(&MlxDevice::Cpu, "mlx");
+    check::<NdArray>(&NdArrayDevice::Cpu, "ndarray");
+    assert!(Decoder::fixed(&tiny_random_model())
+        .describe()
+        .starts_with("compiled"));
 }
 
 /// The `small` preset cut to 2 layers and a 512-token vocabulary, random weights, on `Mlx`.
@@ -664,7 +725,11 @@ fn long_prompt_prefills_in_chunks() {
         sampler: Sampler::greedy(),
         device_memory: None,
     };
-    let (tokens, _) = generate(&model, &mut cache, &prompt, &mut options, &mut |_| Ok(())).unwrap();
+    let mut decoder = Decoder::best(&model);
+    let (tokens, _) = generate(&mut decoder, &mut cache, &prompt, &mut options, &mut |_| {
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(cache.len(), prompt.len() + steps - 1);
 
     let mut cache = model.new_cache(prompt.len() + steps);
@@ -745,8 +810,11 @@ fn random_small_model_generates_on_mlx() {
         device_memory: Some(probe),
     };
     let prompt: Vec<u32> = (0..16).collect();
-    let (tokens, stats) =
-        generate(&model, &mut cache, &prompt, &mut options, &mut |_| Ok(())).unwrap();
+    let mut decoder = Decoder::best(&model);
+    let (tokens, stats) = generate(&mut decoder, &mut cache, &prompt, &mut options, &mut |_| {
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(tokens.len(), 8);
     assert!(tokens.iter().all(|&t| t < 512));
     assert_eq!(stats.decode_steps, 7);
@@ -1025,7 +1093,11 @@ fn check_quantized_fixture(name: &str, bits: QuantBits) -> bool {
         sampler: Sampler::greedy(),
         device_memory: None,
     };
-    let (tokens, _) = generate(&model, &mut cache, prompt, &mut options, &mut |_| Ok(())).unwrap();
+    let mut decoder = Decoder::best(&model);
+    let (tokens, _) = generate(&mut decoder, &mut cache, prompt, &mut options, &mut |_| {
+        Ok(())
+    })
+    .unwrap();
     let same = tokens == reference.greedy;
     println!(
         "{name} {bits}: greedy {tokens:?} ({} f32's)",

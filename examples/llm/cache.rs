@@ -2,11 +2,46 @@
 //! head_dim]` allocated once for the whole context. Each step writes its new positions in place
 //! with `slice_assign` and attends over the filled prefix, so a token costs neither a
 //! concatenation of the cache nor a recomputation of earlier positions.
+//!
+//! A step's first position is either known on the host ([`Position::Host`]: prefill and the
+//! eager decode step, which attend over the filled prefix) or held in a device tensor
+//! ([`Position::Device`]: the fixed-shape decode step of `step.rs`, which attends over the
+//! whole buffer with the positions not yet written masked out, so that its graph is the same at
+//! every position and MLX can compile it once).
 
 use super::config::LlmConfig;
 use super::error::{LlmError, Result};
+use burn_mlx::fast::slice_assign_at;
 use burn_tensor::backend::Backend;
-use burn_tensor::{DType, Tensor};
+use burn_tensor::{DType, Int, Tensor};
+
+/// Where the positions of a forward pass start.
+#[derive(Debug, Clone)]
+pub enum Position<B: Backend> {
+    /// Known on the host: the pass attends over the cache's filled prefix.
+    Host(usize),
+    /// In a device tensor: the pass attends over every cached position, with `bias` (0 for
+    /// positions up to the step's own, -inf after) added to the attention scores.
+    Device {
+        /// The first position, `[1]`.
+        offset: Tensor<B, 1, Int>,
+        /// The additive attention mask, `[1, 1, 1, capacity]`, in the model's dtype.
+        bias: Tensor<B, 4>,
+    },
+}
+
+impl<B: Backend> Position<B> {
+    /// The device form for one new position at `offset` in a cache of `capacity` positions.
+    pub fn device(offset: Tensor<B, 1, Int>, capacity: usize, dtype: DType) -> Self {
+        let device = offset.device();
+        let later = Tensor::<B, 1, Int>::arange(0..capacity as i64, &device)
+            .greater(offset.clone().expand([capacity]));
+        let bias = Tensor::<B, 1>::zeros([capacity], (&device, dtype))
+            .mask_fill(later, f32::NEG_INFINITY)
+            .reshape([1, 1, 1, capacity]);
+        Position::Device { offset, bias }
+    }
+}
 
 /// The cached keys and values of one layer.
 #[derive(Debug)]
@@ -18,24 +53,63 @@ pub struct LayerCache<B: Backend> {
 }
 
 impl<B: Backend> LayerCache<B> {
-    /// Writes `keys`/`values` (`[1, kv_heads, seq, head_dim]`) at positions
-    /// `offset..offset + seq` and returns the filled prefix `0..offset + seq` of both.
+    /// The key and value buffers of a layer (`[1, kv_heads, capacity, head_dim]` each).
+    pub fn from_tensors(keys: Tensor<B, 4>, values: Tensor<B, 4>) -> Self {
+        Self {
+            keys: Some(keys),
+            values: Some(values),
+        }
+    }
+
+    /// Positions the buffers hold.
+    pub fn capacity(&self) -> usize {
+        let filled = "layer cache is always filled between writes";
+        self.keys.as_ref().expect(filled).dims()[2]
+    }
+
+    /// The key and value buffers, shared (the cache keeps them).
+    pub fn tensors(&self) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let filled = "layer cache is always filled between writes";
+        (
+            self.keys.clone().expect(filled),
+            self.values.clone().expect(filled),
+        )
+    }
+
+    /// The key and value buffers.
+    pub fn into_tensors(self) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let filled = "layer cache is always filled between writes";
+        (self.keys.expect(filled), self.values.expect(filled))
+    }
+
+    /// Writes `keys`/`values` (`[1, kv_heads, seq, head_dim]`) at the positions starting at
+    /// `position`, and returns what attention reads: with a host position, the filled prefix
+    /// `0..offset + seq` of both; with a device position, the whole buffers.
     pub fn write(
         &mut self,
         keys: Tensor<B, 4>,
         values: Tensor<B, 4>,
-        offset: usize,
+        position: &Position<B>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>) {
         let [b, h, seq, d] = keys.dims();
-        let end = offset + seq;
         let update = |slot: &mut Option<Tensor<B, 4>>, new: Tensor<B, 4>| {
             let cache = slot
                 .take()
                 .expect("layer cache is always filled between writes");
-            let cache = cache.slice_assign([0..b, 0..h, offset..end, 0..d], new);
-            let prefix = cache.clone().narrow(2, 0, end);
+            let (cache, visible) = match position {
+                Position::Host(offset) => {
+                    let end = offset + seq;
+                    let cache = cache.slice_assign([0..b, 0..h, *offset..end, 0..d], new);
+                    let prefix = cache.clone().narrow(2, 0, end);
+                    (cache, prefix)
+                }
+                Position::Device { offset, .. } => {
+                    let cache = slice_assign_at(cache, new, 2, offset.clone());
+                    (cache.clone(), cache)
+                }
+            };
             *slot = Some(cache);
-            prefix
+            visible
         };
         let k = update(&mut self.keys, keys);
         let v = update(&mut self.values, values);
@@ -126,6 +200,17 @@ impl<B: Backend> KvCache<B> {
     /// The layer caches, for one forward pass.
     pub(super) fn layers(&mut self) -> &mut [LayerCache<B>] {
         &mut self.layers
+    }
+
+    /// Takes the layer caches out (a compiled step consumes them and gives back new ones, with
+    /// [`put_layers`](Self::put_layers)); the cache holds none until then.
+    pub(super) fn take_layers(&mut self) -> Vec<LayerCache<B>> {
+        std::mem::take(&mut self.layers)
+    }
+
+    /// Puts back the layer caches [`take_layers`](Self::take_layers) took.
+    pub(super) fn put_layers(&mut self, layers: Vec<LayerCache<B>>) {
+        self.layers = layers;
     }
 
     /// Marks `seq` more positions as filled (after every layer wrote them).

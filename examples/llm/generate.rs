@@ -5,8 +5,9 @@
 
 use super::cache::KvCache;
 use super::error::{LlmError, Result};
-use super::model::{Llm, Logits};
+use super::model::Logits;
 use super::sampling::Sampler;
+use super::step::Decoder;
 use burn_tensor::backend::Backend;
 use burn_tensor::{BasicOps, DType, Int, Tensor, TensorData};
 use std::time::{Duration, Instant};
@@ -130,7 +131,7 @@ pub fn next_token<B: Backend>(logits: Tensor<B, 2>, sampler: &mut Sampler) -> Re
 /// A step built past an end-of-sequence token is taken back out of the cache, so the cache ends
 /// as the unpipelined loop leaves it: every generated token but the last written.
 fn greedy_pipelined<B: Backend>(
-    model: &Llm<B>,
+    decoder: &mut Decoder<B>,
     cache: &mut KvCache<B>,
     logits: Tensor<B, 2>,
     options: &GenerateOptions,
@@ -148,9 +149,7 @@ fn greedy_pipelined<B: Backend>(
     loop {
         // One more step is needed unless this token fills the budget.
         let next = if tokens.len() + 1 < options.max_tokens {
-            let next = model
-                .forward_ids(current.clone(), cache, Logits::Last)?
-                .argmax(1);
+            let next = decoder.step(current.clone(), cache)?.argmax(1);
             start_eval(&next)?;
             Some(next)
         } else {
@@ -188,10 +187,11 @@ fn read_token<B: Backend>(id: Tensor<B, 2, Int>) -> Result<u32> {
 }
 
 /// Generates after `prompt`, which is written into `cache` (it must be empty or hold the
-/// sequence `prompt` continues). `on_token` receives every generated token as soon as it is
-/// known, and may stop generation by returning an error.
+/// sequence `prompt` continues) by `decoder`'s model; the prompt is prefilled eagerly, and
+/// every later token runs as a step of `decoder`. `on_token` receives every generated token as
+/// soon as it is known, and may stop generation by returning an error.
 pub fn generate<B: Backend>(
-    model: &Llm<B>,
+    decoder: &mut Decoder<B>,
     cache: &mut KvCache<B>,
     prompt: &[u32],
     options: &mut GenerateOptions,
@@ -228,16 +228,16 @@ pub fn generate<B: Backend>(
     // attention's transient scores then scale with the chunk, not with the whole prompt.
     let (head, last) = prompt.split_at(prompt.len() - (prompt.len() - 1) % PREFILL_CHUNK - 1);
     for chunk in head.chunks(PREFILL_CHUNK) {
-        let logits = model.forward(chunk, cache, Logits::Last)?;
+        let logits = decoder.model().forward(chunk, cache, Logits::Last)?;
         burn_mlx::fast::start_eval(&logits)
             .map_err(|e| LlmError::Input(format!("starting a prefill chunk failed: {e}")))?;
     }
-    let logits = model.forward(last, cache, Logits::Last)?;
+    let logits = decoder.model().forward(last, cache, Logits::Last)?;
     let mut tokens = Vec::with_capacity(options.max_tokens);
     let mut decode_steps = 0;
     let first_done = if options.sampler.is_greedy() {
         greedy_pipelined(
-            model,
+            decoder,
             cache,
             logits,
             options,
@@ -261,7 +261,11 @@ pub fn generate<B: Backend>(
             if tokens.len() == options.max_tokens {
                 break;
             }
-            let logits = model.forward(&[token], cache, Logits::Last)?;
+            let ids = Tensor::<B, 2, Int>::from_data(
+                TensorData::new(vec![token as i64], [1, 1]),
+                decoder.model().device(),
+            );
+            let logits = decoder.step(ids, cache)?;
             token = next_token(logits, &mut options.sampler)?;
             decode_steps += 1;
             sample_memory(&mut device_peak);

@@ -36,6 +36,7 @@ use llm::error::{LlmError, Result};
 use llm::generate::{generate, GenerateOptions};
 use llm::model::{Llm, Logits};
 use llm::sampling::Sampler;
+use llm::step::Decoder;
 use llm::tokenizer::{encode, load_tokenizer, TextStream};
 use llm::weights::load_model;
 use rand::rngs::StdRng;
@@ -166,6 +167,30 @@ struct Args {
     /// launches a token pays for.
     #[arg(long)]
     count_primitives: bool,
+    /// How decode steps run: `auto` (compiled on `Mlx`, eager elsewhere), `compiled` (the
+    /// fixed-shape step over the whole cache; MLX-compiled on `Mlx`, run uncompiled elsewhere)
+    /// or `eager` (a new graph per token over the filled cache).
+    #[arg(long, value_enum, default_value = "auto")]
+    decode_step: DecodeStepArg,
+}
+
+/// `--decode-step`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DecodeStepArg {
+    Auto,
+    Compiled,
+    Eager,
+}
+
+impl DecodeStepArg {
+    /// The decoder this choice makes for `model`.
+    fn decoder<B: Backend>(self, model: &Llm<B>) -> Decoder<B> {
+        match self {
+            DecodeStepArg::Auto => Decoder::best(model),
+            DecodeStepArg::Compiled => Decoder::fixed(model),
+            DecodeStepArg::Eager => Decoder::eager(model),
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -281,7 +306,8 @@ fn run<B: Backend>(
         device_memory,
     };
     let mut stream = tokenizer.as_ref().map(TextStream::new);
-    let (_, stats) = generate(&model, &mut cache, &prompt, &mut options, &mut |t| {
+    let mut decoder = args.decode_step.decoder(&model);
+    let (_, stats) = generate(&mut decoder, &mut cache, &prompt, &mut options, &mut |t| {
         print_token(stream.as_mut(), t)
     })?;
     println!();
@@ -310,24 +336,21 @@ fn print_token(stream: Option<&mut TextStream>, token: u32) -> Result<()> {
 
 /// The MLX primitives pending behind `t` (an error on backends other than `Mlx`).
 fn pending<B: Backend>(t: Tensor<B, 2, Int>) -> Result<BTreeMap<String, usize>> {
-    let primitive: Box<dyn std::any::Any> = Box::new(t.into_primitive());
-    let t = primitive.downcast::<burn_mlx::MlxTensor>().map_err(|_| {
+    let t = burn_mlx::to_mlx(t).map_err(|_| {
         LlmError::Input("--count-primitives counts MLX graphs: use it with --backend mlx".into())
     })?;
     burn_mlx::pending_primitives(&[&t])
         .map_err(|e| LlmError::Input(format!("counting MLX primitives failed: {e}")))
 }
 
-/// `--count-primitives`: prints the MLX primitives of one decode step after `prompt`: the graph
-/// of prefill + one step, less that of the prefill alone (built again, the same graph).
-fn count_decode_primitives<B: Backend>(model: &Llm<B>, prompt: &[u32]) -> Result<()> {
+/// `--count-primitives`: prints the MLX primitives of one decode step (run by `step`) after
+/// `prompt`: the graph of prefill + one step, less that of the prefill alone (built again, the
+/// same graph).
+fn count_decode_primitives<B: Backend>(decoder: &mut Decoder<B>, prompt: &[u32]) -> Result<()> {
+    let model = decoder.model().clone();
     let mut cache = model.new_cache(prompt.len() + 1);
     let first = model.forward(prompt, &mut cache, Logits::Last)?.argmax(1);
-    let both = pending(
-        model
-            .forward_ids(first, &mut cache, Logits::Last)?
-            .argmax(1),
-    )?;
+    let both = pending(decoder.step(first, &mut cache)?.argmax(1))?;
     let mut cache = model.new_cache(prompt.len());
     let prefill = pending(model.forward(prompt, &mut cache, Logits::Last)?.argmax(1))?;
     let mut step: Vec<(String, usize)> = both
@@ -380,6 +403,7 @@ fn bench<B: Backend>(
     // weights, and every shape-keyed cache a backend keeps (compiled kernels, cuDNN graphs per
     // key length, CUDA graphs) is filled before timing, on both sides alike.
     let warm_prompt = &prompt[..];
+    let mut decoder = args.decode_step.decoder(&model);
     let mut warm_cache = model.new_cache(prompt.len() + max_tokens);
     let mut warm = GenerateOptions {
         max_tokens,
@@ -387,9 +411,13 @@ fn bench<B: Backend>(
         sampler: Sampler::greedy(),
         device_memory: None,
     };
-    generate(&model, &mut warm_cache, warm_prompt, &mut warm, &mut |_| {
-        Ok(())
-    })?;
+    generate(
+        &mut decoder,
+        &mut warm_cache,
+        warm_prompt,
+        &mut warm,
+        &mut |_| Ok(()),
+    )?;
     drop(warm_cache);
     // The measured run's peak: weights, cache and the run's own transients, without the warm-up
     // or the one-off buffers of quantizing the weights (mlx-lm quantizes at conversion time).
@@ -398,7 +426,7 @@ fn bench<B: Backend>(
     }
 
     if args.count_primitives {
-        count_decode_primitives(&model, &prompt)?;
+        count_decode_primitives(&mut decoder, &prompt)?;
     }
 
     let mut cache = model.new_cache(prompt.len() + max_tokens);
@@ -408,7 +436,9 @@ fn bench<B: Backend>(
         sampler: Sampler::new(args.temp, args.top_p, args.seed),
         device_memory,
     };
-    let (_, stats) = generate(&model, &mut cache, &prompt, &mut options, &mut |_| Ok(()))?;
+    let (_, stats) = generate(&mut decoder, &mut cache, &prompt, &mut options, &mut |_| {
+        Ok(())
+    })?;
     let elem = match dtype {
         DType::F32 => 4,
         _ => 2,
@@ -418,10 +448,11 @@ fn bench<B: Backend>(
         .quantize
         .map_or(String::new(), |q| format!(" {}", QuantBits::from(q)));
     println!(
-        "bench {} ({:.1}M params) on {backend_name} {:?}{quant}: {} | weights {:.1} MiB + KV cache {:.1} MiB",
+        "bench {} ({:.1}M params) on {backend_name} {:?}{quant}, {}: {} | weights {:.1} MiB + KV cache {:.1} MiB",
         args.preset,
         params as f64 / 1e6,
         dtype,
+        decoder.describe(),
         stats.summary(),
         mib(model.weight_bytes()),
         mib(cache.bytes(elem)),

@@ -14,5 +14,6 @@ pub mod generate;
 pub mod model;
 pub mod rope;
 pub mod sampling;
+pub mod step;
 pub mod tokenizer;
 pub mod weights;

@@ -11,7 +11,7 @@
 //! ([`burn_mlx::quant::QuantizedMatrix`]): on `Mlx` products run through MLX's quantized matmul;
 //! other backends compute with the dequantized matrices (same numbers, no speed-up).
 
-use super::cache::{KvCache, LayerCache};
+use super::cache::{KvCache, LayerCache, Position};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::rotary_embedding;
@@ -223,14 +223,14 @@ impl<B: Backend> Attention<B> {
         })
     }
 
-    /// Attends `x` (`[seq, hidden]`, positions `offset..offset + seq`) over the cached prefix
+    /// Attends `x` (`[seq, hidden]`, positions starting at `position`) over the cached prefix
     /// and itself, writing its keys and values into `cache`.
     fn forward(
         &self,
         x: Tensor<B, 2>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
-        offset: usize,
+        position: &Position<B>,
     ) -> Result<Tensor<B, 2>> {
         let [seq, _] = x.dims();
         let b = 1;
@@ -242,10 +242,17 @@ impl<B: Backend> Attention<B> {
             Some((q_norm, k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
             None => (q, k),
         };
-        let q = rope.apply(q.swap_dims(1, 2), offset);
-        let k = rope.apply(k.swap_dims(1, 2), offset);
-        let (k, v) = cache.write(k, v.swap_dims(1, 2), offset);
-        let out = grouped_attention(q, k, v, 1.0 / (d as f64).sqrt());
+        let (q, k) = (q.swap_dims(1, 2), k.swap_dims(1, 2));
+        let (q, k, bias) = match position {
+            Position::Host(offset) => (rope.apply(q, *offset), rope.apply(k, *offset), None),
+            Position::Device { offset, bias } => (
+                rope.apply_at(q, offset.clone()),
+                rope.apply_at(k, offset.clone()),
+                Some(bias.clone()),
+            ),
+        };
+        let (k, v) = cache.write(k, v.swap_dims(1, 2), position);
+        let out = grouped_attention(q, k, v, bias, 1.0 / (d as f64).sqrt());
         self.o_proj
             .forward(out.swap_dims(1, 2).reshape([seq, hq * d]))
     }
@@ -262,8 +269,10 @@ impl<B: Backend> Attention<B> {
     }
 }
 
-/// Scaled dot-product attention of `q` (`[b, hq, s, d]`) over `k`, `v` (`[b, hkv, t, d]`,
-/// `t >= s`, the last `s` keys being the queries' own positions), causal when `s > 1`.
+/// Scaled dot-product attention of `q` (`[b, hq, s, d]`) over `k`, `v` (`[b, hkv, t, d]`).
+/// Without `bias`, the last `s` keys are the queries' own positions and attention is causal
+/// when `s > 1`; with `bias` (`[1, 1, s, t]`, added to the scores), the bias alone says which
+/// keys each query sees.
 ///
 /// Burn's attention op wants as many key heads as query heads, except on `Mlx`, which takes the
 /// grouped heads as they are ([`burn_mlx::supports_grouped_kv_heads`]) and hands them to MLX's
@@ -274,29 +283,34 @@ pub fn grouped_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
+    bias: Option<Tensor<B, 4>>,
     scale: f64,
 ) -> Tensor<B, 4> {
     let [b, hq, s, d] = q.dims();
     let [_, hkv, t, _] = k.dims();
     let groups = hq / hkv;
+    let causal = s > 1 && bias.is_none();
     let options = |is_causal| AttentionModuleOptions {
         scale: Some(scale),
         softcap: None,
         is_causal,
     };
     if groups == 1 || burn_mlx::supports_grouped_kv_heads::<B>() {
-        return attention(q, k, v, None, None, options(s > 1));
+        let bias = bias.map(|m| m.expand([b, hq, s, t]));
+        return attention(q, k, v, None, bias, options(causal));
     }
     if s == 1 {
         let folded = q.reshape([b, hkv, groups, d]);
-        return attention(folded, k, v, None, None, options(false)).reshape([b, hq, 1, d]);
+        let bias = bias.map(|m| m.expand([b, hkv, groups, t]));
+        return attention(folded, k, v, None, bias, options(false)).reshape([b, hq, 1, d]);
     }
     let repeat = |x: Tensor<B, 4>| {
         x.unsqueeze_dim::<5>(2)
             .expand([b, hkv, groups, t, d])
             .reshape([b, hq, t, d])
     };
-    attention(q, repeat(k), repeat(v), None, None, options(true))
+    let bias = bias.map(|m| m.expand([b, hq, s, t]));
+    attention(q, repeat(k), repeat(v), None, bias, options(causal))
 }
 
 /// SwiGLU: `down(silu(gate(x)) · up(x))`.
@@ -363,12 +377,12 @@ impl<B: Backend> DecoderLayer<B> {
         x: Tensor<B, 2>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
-        offset: usize,
+        position: &Position<B>,
     ) -> Result<Tensor<B, 2>> {
         let h = x.clone()
             + self
                 .self_attn
-                .forward(self.input_layernorm.forward(x), cache, rope, offset)?;
+                .forward(self.input_layernorm.forward(x), cache, rope, position)?;
         Ok(h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))?)
     }
 
@@ -671,16 +685,52 @@ impl<B: Backend> Llm<B> {
             )));
         }
         cache.check(&self.config, seq)?;
-        let offset = cache.len();
+        let position = Position::Host(cache.len());
+        let logits = self.forward_layers(ids, cache.layers(), &position, which)?;
+        cache.advance(seq);
+        Ok(logits)
+    }
+
+    /// The decode step of fixed shape: one token (`ids`, `[1, 1]`) at position `offset` (`[1]`,
+    /// on the device), attending over the whole of each layer's key/value buffers in `layers`
+    /// (the positions after `offset` masked out), which it returns with the new keys and values
+    /// written, after the logits (`[1, vocab]`). Its graph is the same at every position, so
+    /// on `Mlx` it is traced and compiled once (`step.rs`); on other backends it runs as it is.
+    ///
+    /// The offset must leave room in the buffers (the caller checks; see
+    /// [`burn_mlx::fast::slice_assign_at`]).
+    pub fn fixed_step(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        offset: Tensor<B, 1, Int>,
+        mut layers: Vec<LayerCache<B>>,
+    ) -> Result<(Tensor<B, 2>, Vec<LayerCache<B>>)> {
+        let capacity = match layers.first() {
+            Some(layer) => layer.capacity(),
+            None => return Err(LlmError::Input("fixed_step: no layer caches".into())),
+        };
+        let position = Position::device(offset, capacity, self.dtype);
+        let logits = self.forward_layers(ids, &mut layers, &position, Logits::Last)?;
+        Ok((logits, layers))
+    }
+
+    /// Embeds `ids` (`[1, seq]`), runs every layer with its cache, and projects to logits.
+    fn forward_layers(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        caches: &mut [LayerCache<B>],
+        position: &Position<B>,
+        which: Logits,
+    ) -> Result<Tensor<B, 2>> {
+        let [_, seq] = ids.dims();
         let x = match &self.embed_tokens {
             Embedding::Dense(table) => embedding(table.clone(), ids),
             Embedding::Quantized(q) => q.rows(ids)?,
         };
         let mut x = x.reshape([seq, self.config.hidden_size]);
-        for (layer, layer_cache) in self.layers.iter().zip(cache.layers()) {
-            x = layer.forward(x, layer_cache, &self.rope, offset)?;
+        for (layer, layer_cache) in self.layers.iter().zip(caches) {
+            x = layer.forward(x, layer_cache, &self.rope, position)?;
         }
-        cache.advance(seq);
         let x = self.norm.forward(x);
         let x = match which {
             Logits::All => x,
