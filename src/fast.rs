@@ -1,5 +1,5 @@
 //! MLX's fused kernels for backend-generic Burn code: [`rms_norm`], [`RotaryEmbedding`],
-//! [`slice_assign_at`] and [`start_eval`].
+//! [`swiglu`], [`slice_assign_at`] and [`start_eval`].
 //!
 //! Burn has no op for RMS normalization or rotary position embeddings, so a model written for any
 //! backend composes them from eight to ten tensor ops each. On a GPU, every one of those ops is a
@@ -116,6 +116,71 @@ pub fn rms_norm<B: Backend, const D: usize>(
         normed.cast(dtype)
     };
     normed * weight.unsqueeze::<D>()
+}
+
+/// `silu(gate) · up` (elementwise; `silu(x) = x · sigmoid(x)`), the gated activation of Llama-
+/// and Qwen-style MLPs, in the inputs' dtype.
+///
+/// On [`Mlx`] this is one fused kernel: the three elementwise ops compiled by MLX (traced once
+/// per thread for every shape, as mlx-lm compiles its `swiglu`), instead of three kernels and two
+/// intermediate arrays. Inside a function that is itself being compiled it is the three ops,
+/// which that compilation fuses. Elsewhere it is composed from Burn's ops.
+///
+/// # Panics
+///
+/// When `gate` and `up` differ in shape.
+///
+/// ```
+/// use burn_mlx::{fast, Mlx, MlxDevice};
+/// use burn_tensor::Tensor;
+///
+/// let device = MlxDevice::Cpu;
+/// let gate = Tensor::<Mlx, 1>::from_floats([0.0, 1.0], &device);
+/// let up = Tensor::<Mlx, 1>::from_floats([5.0, 2.0], &device);
+/// // silu(0) = 0; silu(1) = 1 / (1 + e^-1) = 0.7310586.
+/// fast::swiglu(gate, up).into_data().assert_approx_eq::<f32>(
+///     &burn_tensor::TensorData::from([0.0, 1.4621172]),
+///     burn_tensor::Tolerance::default(),
+/// );
+/// ```
+pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
+    assert_eq!(
+        gate.dims(),
+        up.dims(),
+        "swiglu: gate is {:?}, up is {:?}; they must have one shape",
+        gate.dims(),
+        up.dims()
+    );
+    let gate = match float_on_mlx(gate) {
+        Ok(gate) => {
+            let up = float_on_mlx(up).unwrap_or_else(|_| unreachable!("same backend as gate"));
+            return float_from_mlx(swiglu_mlx(gate, up));
+        }
+        Err(gate) => gate,
+    };
+    burn_tensor::activation::silu(gate) * up
+}
+
+/// [`swiglu`] on MLX tensors.
+fn swiglu_mlx(gate: MlxTensor, up: MlxTensor) -> MlxTensor {
+    use crate::MlxOps;
+    let composed = |x: &[MlxTensor]| (&x[0]).mul(&(&x[0]).sigmoid()?).mul(&x[1]);
+    if crate::trace::is_tracing() {
+        return composed(&[gate.clone(), up.clone()]).or_panic("swiglu", &[&gate.array, &up.array]);
+    }
+    thread_local! {
+        static COMPILED: std::cell::RefCell<Option<crate::Compiled>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    COMPILED
+        .with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let compiled =
+                slot.get_or_insert_with(|| crate::compile(move |x| Ok(vec![composed(x)?]), true));
+            compiled.call(&[gate.clone(), up.clone()])
+        })
+        .map(|mut out| out.remove(0))
+        .or_panic("swiglu", &[&gate.array, &up.array])
 }
 
 /// Rotary position embeddings in the "rotate half" layout of Hugging Face's Llama and Qwen

@@ -28,6 +28,11 @@ pub(crate) fn check_not_tracing(op: &str) -> Result<(), MlxError> {
     Ok(())
 }
 
+/// Whether this thread is inside an MLX trace.
+pub(crate) fn is_tracing() -> bool {
+    TRACING.with(Cell::get)
+}
+
 /// Marks this thread as tracing for its lifetime, and restores the previous state when dropped,
 /// also by a panic.
 pub(crate) struct TraceGuard(bool);

@@ -960,7 +960,9 @@ fn attention_grads() {
 // autodiff, where the composed form runs on both sides)
 // ---------------------------------------------------------------------------------------------
 
-/// `fast::rms_norm` and `fast::RotaryEmbedding` on `[b, h, s, d]`, rope at position `offset`.
+/// `fast::rms_norm`, `fast::RotaryEmbedding` (at a host and at a device position) and
+/// `fast::swiglu` on `[b, h, s, d]`, rope at position `offset`; `fast::slice_assign_at` into a
+/// longer buffer.
 #[derive(Debug, Clone)]
 struct Fast {
     shape: [usize; 4],
@@ -996,15 +998,17 @@ impl Fast {
         &self,
         x: Tensor<B, 4>,
         w: Tensor<B, 1>,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let device = x.device();
         let rope = burn_mlx::fast::RotaryEmbedding::<B>::new(&self.frequencies(), &device);
         let normed = burn_mlx::fast::rms_norm(x.clone(), w, 1e-6);
         let at = Tensor::<B, 1, Int>::from_ints([self.offset as i32], &device);
+        let gated = burn_mlx::fast::swiglu(x.clone(), normed.clone());
         (
             normed,
             rope.apply(x.clone(), self.offset),
             rope.apply_at(x, at),
+            gated,
         )
     }
 }
@@ -1022,8 +1026,8 @@ impl Case for Fast {
             2,
             Tensor::<B, 1, Int>::from_ints([2], &device),
         );
-        let (normed, rotated, rotated_at) = self.outputs(x, w);
-        outs((normed, rotated, rotated_at, written))
+        let (normed, rotated, rotated_at, gated) = self.outputs(x, w);
+        outs((normed, rotated, rotated_at, gated, written))
     }
 }
 
@@ -1031,9 +1035,10 @@ impl AdCase for Fast {
     fn run<B: AutodiffBackend>(&self, ctx: &Ctx<B>) -> Vec<TensorData> {
         let (x, w) = self.inputs(ctx);
         let (x, w) = (x.require_grad(), w.require_grad());
-        let (normed, rotated, rotated_at) = self.outputs(x.clone(), w.clone());
-        let g = backward_weighted(ctx, normed.clone() + rotated.clone() + rotated_at.clone());
-        outs((normed, rotated, rotated_at, x.grad(&g), w.grad(&g)))
+        let (normed, rotated, rotated_at, gated) = self.outputs(x.clone(), w.clone());
+        let sum = normed.clone() + rotated.clone() + rotated_at.clone() + gated.clone();
+        let g = backward_weighted(ctx, sum);
+        outs((normed, rotated, rotated_at, gated, x.grad(&g), w.grad(&g)))
     }
 }
 
