@@ -50,6 +50,21 @@ pub struct Stats {
     pub device_memory_peak: Option<u64>,
     /// The process's peak resident set (`VmHWM`), if the platform reports it.
     pub rss_peak: Option<u64>,
+    /// Where the host's time went in the greedy decode loop, summed over its steps (zero for
+    /// sampled generation).
+    pub host: HostTimes,
+}
+
+/// The host's time in the greedy decode loop, summed over steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HostTimes {
+    /// Building each step's graph (the model's forward pass and the argmax, through Burn).
+    pub build: Duration,
+    /// Starting each step ([`burn_mlx::fast::start_eval`]: on MLX's CUDA backend, where the
+    /// step's kernels are launched).
+    pub start: Duration,
+    /// Waiting for each token to reach the host.
+    pub wait: Duration,
 }
 
 impl Stats {
@@ -64,6 +79,20 @@ impl Stats {
             return 0.0;
         }
         self.decode_steps as f64 / self.decode_time.as_secs_f64()
+    }
+
+    /// The host's time per decode step, by phase (`None` when the loop was not the greedy one).
+    pub fn host_per_step(&self) -> Option<String> {
+        if self.decode_steps == 0 || self.host == HostTimes::default() {
+            return None;
+        }
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / self.decode_steps as f64;
+        Some(format!(
+            "host per decode step: build {:.0} us, start {:.0} us, wait {:.0} us",
+            us(self.host.build),
+            us(self.host.start),
+            us(self.host.wait)
+        ))
     }
 
     /// One line: prompt and generated tokens, time to first token, prefill and decode rates,
@@ -138,7 +167,8 @@ fn greedy_pipelined<B: Backend>(
     tokens: &mut Vec<u32>,
     on_token: &mut dyn FnMut(u32) -> Result<()>,
     step_done: &mut dyn FnMut(usize),
-) -> Result<Instant> {
+) -> Result<(Instant, HostTimes)> {
+    let mut host = HostTimes::default();
     let start_eval = |t: &Tensor<B, 2, Int>| {
         burn_mlx::fast::start_eval(t)
             .map_err(|e| LlmError::Input(format!("starting a decode step failed: {e}")))
@@ -148,17 +178,27 @@ fn greedy_pipelined<B: Backend>(
     let mut first: Option<Instant> = None;
     loop {
         // One more step is needed unless this token fills the budget.
+        let t0 = Instant::now();
         let next = if tokens.len() + 1 < options.max_tokens {
             let next = decoder.step(current.clone(), cache)?.argmax(1);
+            let t1 = Instant::now();
             start_eval(&next)?;
+            if first.is_some() {
+                host.build += t1 - t0;
+                host.start += t1.elapsed();
+            }
             Some(next)
         } else {
             None
         };
+        let t2 = Instant::now();
         let token = read_token(current)?;
         match first {
             None => first = Some(Instant::now()),
-            Some(_) => step_done(tokens.len()),
+            Some(_) => {
+                host.wait += t2.elapsed();
+                step_done(tokens.len())
+            }
         }
         if options.stop_tokens.contains(&token) {
             if next.is_some() {
@@ -173,7 +213,7 @@ fn greedy_pipelined<B: Backend>(
             None => break,
         }
     }
-    Ok(first.expect("the loop reads at least one token"))
+    Ok((first.expect("the loop reads at least one token"), host))
 }
 
 /// Reads a token id (`[1, 1]`) back from the device.
@@ -235,7 +275,7 @@ pub fn generate<B: Backend>(
     let logits = decoder.model().forward(last, cache, Logits::Last)?;
     let mut tokens = Vec::with_capacity(options.max_tokens);
     let mut decode_steps = 0;
-    let first_done = if options.sampler.is_greedy() {
+    let (first_done, host) = if options.sampler.is_greedy() {
         greedy_pipelined(
             decoder,
             cache,
@@ -270,7 +310,7 @@ pub fn generate<B: Backend>(
             decode_steps += 1;
             sample_memory(&mut device_peak);
         }
-        first_done
+        (first_done, HostTimes::default())
     };
     let decode_time = first_done.elapsed();
     let time_to_first_token = first_done - start;
@@ -282,6 +322,7 @@ pub fn generate<B: Backend>(
         decode_time,
         device_memory_peak: probe.map(|_| device_peak),
         rss_peak: rss_peak_bytes(),
+        host,
     };
     Ok((tokens, stats))
 }

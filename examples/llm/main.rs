@@ -167,9 +167,10 @@ struct Args {
     /// launches a token pays for.
     #[arg(long)]
     count_primitives: bool,
-    /// How decode steps run: `auto` (compiled on `Mlx`, eager elsewhere), `compiled` (the
-    /// fixed-shape step over the whole cache; MLX-compiled on `Mlx`, run uncompiled elsewhere)
-    /// or `eager` (a new graph per token over the filled cache).
+    /// How decode steps run: `auto` (compiled on MLX's CPU, eager on an MLX GPU and on other
+    /// backends: the faster of the two as measured), `compiled` (the fixed-shape step over the
+    /// whole cache; MLX-compiled on `Mlx`, run uncompiled elsewhere) or `eager` (a new graph per
+    /// token over the filled cache).
     #[arg(long, value_enum, default_value = "auto")]
     decode_step: DecodeStepArg,
 }
@@ -343,24 +344,19 @@ fn pending<B: Backend>(t: Tensor<B, 2, Int>) -> Result<BTreeMap<String, usize>> 
         .map_err(|e| LlmError::Input(format!("counting MLX primitives failed: {e}")))
 }
 
-/// `--count-primitives`: prints the MLX primitives of one decode step (run by `step`) after
-/// `prompt`: the graph of prefill + one step, less that of the prefill alone (built again, the
-/// same graph).
+/// `--count-primitives`: prints the MLX primitives of one decode step (run by `decoder`) after
+/// `prompt`: the prompt is prefilled and evaluated (cache included), then the step's graph is
+/// built and its pending primitives counted.
 fn count_decode_primitives<B: Backend>(decoder: &mut Decoder<B>, prompt: &[u32]) -> Result<()> {
     let model = decoder.model().clone();
     let mut cache = model.new_cache(prompt.len() + 1);
     let first = model.forward(prompt, &mut cache, Logits::Last)?.argmax(1);
-    let both = pending(decoder.step(first, &mut cache)?.argmax(1))?;
-    let mut cache = model.new_cache(prompt.len());
-    let prefill = pending(model.forward(prompt, &mut cache, Logits::Last)?.argmax(1))?;
-    let mut step: Vec<(String, usize)> = both
-        .into_iter()
-        .map(|(name, n)| {
-            let n = n.saturating_sub(*prefill.get(&name).unwrap_or(&0));
-            (name, n)
-        })
-        .filter(|(_, n)| *n > 0)
-        .collect();
+    first
+        .clone()
+        .try_into_data()
+        .map_err(|e| LlmError::Input(format!("prefill failed: {e:?}")))?;
+    let counts = pending(decoder.step(first, &mut cache)?.argmax(1))?;
+    let mut step: Vec<(String, usize)> = counts.into_iter().collect();
     step.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for (name, n) in &step {
@@ -457,5 +453,8 @@ fn bench<B: Backend>(
         mib(model.weight_bytes()),
         mib(cache.bytes(elem)),
     );
+    if let Some(host) = stats.host_per_step() {
+        println!("{host}");
+    }
     Ok(())
 }

@@ -3,16 +3,16 @@
 //! every position, attending over the whole cache with later positions masked), which on `Mlx`
 //! is traced once and compiled by MLX ([`burn_mlx::compile`]).
 //!
-//! Compiling removes the host's work of building the step's graph op by op through Burn (about
-//! a thousand MLX primitives per token for `qwen3-0.6b`) and lets MLX fuse the elementwise ops
-//! between the matmuls; the price is attention over every cached position instead of the filled
-//! ones, and on CUDA MLX's composed attention instead of its fused one (MLX 0.32's fused decode
-//! kernels take no mask array).
+//! Compiling removes most of the host's work of building the step's graph through Burn and lets
+//! MLX fuse the elementwise ops between the matmuls; the price is attention over every cached
+//! position instead of the filled ones, and on CUDA MLX's composed attention instead of its fused
+//! one (MLX 0.32's fused decode kernels take no mask array). Which wins depends on the device:
+//! see [`Decoder::best`].
 
 use super::cache::{KvCache, LayerCache};
 use super::error::{LlmError, Result};
 use super::model::{Llm, Logits};
-use burn_mlx::{compile, from_mlx, to_mlx, Compiled, Mlx, MlxError, MlxTensor};
+use burn_mlx::{compile, from_mlx, to_mlx, Compiled, Mlx, MlxDevice, MlxError, MlxTensor};
 use burn_tensor::backend::Backend;
 use burn_tensor::{Int, Tensor, TensorData};
 use std::any::Any;
@@ -55,13 +55,17 @@ impl<B: Backend> Decoder<B> {
         }
     }
 
-    /// The fastest way this backend has: compiled fixed-shape steps on `Mlx`, eager steps
-    /// elsewhere (without compilation, attending over the whole cache only costs).
+    /// The faster way for this backend and device, as measured (`benches/nvidia.md`,
+    /// `BENCHMARKS.md`): compiled fixed-shape steps on `Mlx`'s CPU (1.14x the eager step on the
+    /// `small` preset), eager steps on an MLX GPU (on an H100 the compiled step ran at 0.78x the
+    /// eager one: MLX's fused decode attention takes no mask array, so the masked attention is
+    /// composed of five kernels per layer, and a replayed trace launches as many kernels as the
+    /// eager graph) and on every other backend (which has no compiler).
     pub fn best(model: &Llm<B>) -> Self {
-        if burn_mlx::to_mlx(Tensor::<B, 1, Int>::empty([0], model.device())).is_ok() {
-            Self::fixed(model)
-        } else {
-            Self::eager(model)
+        let device: &dyn Any = model.device();
+        match device.downcast_ref::<MlxDevice>() {
+            Some(MlxDevice::Cpu) => Self::fixed(model),
+            _ => Self::eager(model),
         }
     }
 
