@@ -115,7 +115,9 @@ def run_burn(args, backend: str) -> dict:
     cmd += ["--dtype", args.dtype, "--prompt-len", str(args.prompt_len)]
     cmd += ["--max-tokens", str(args.max_tokens), "--seed", str(args.seed)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    # The result line starts with "bench" (a line of host times per decode step may follow).
+    lines = [l for l in out.stdout.splitlines() if l.startswith("bench ")]
+    line = lines[-1] if lines else ""
     m = re.search(r"prefill ([\d.]+) tok/s \| decode ([\d.]+) tok/s", line)
     if out.returncode != 0 or not m:
         # The panic message (the line after "panicked at"), or the last line of stderr.
