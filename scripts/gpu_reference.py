@@ -15,6 +15,11 @@ It prints a Markdown table that compares each workload with the reference.
 
     python3 scripts/gpu_reference.py --profile
 
+With `--full-f32` (before the file name), PyTorch's f32 matmuls and convolutions run in full f32
+(`torch.backends.cuda.matmul.allow_tf32` and `torch.backends.cudnn.allow_tf32` off): the peer of
+Burn + Mlx run with `MLX_ENABLE_TF32=0`. Without it PyTorch keeps its defaults (full-f32
+matmuls, TF32 convolutions).
+
 profiles one PyTorch step of each model instead (after a warm-up step) with `torch.profiler`:
 the CUDA kernels it launches and their GPU time, grouped by kind (GEMM, elementwise, reduction
 and normalization, optimizer, copy), the counterpart of `gpu_bench --count-primitives`.
@@ -154,6 +159,12 @@ def torch_steps():
 
 
 def main():
+    if "--full-f32" in sys.argv[1:]:
+        import torch
+
+        sys.argv.remove("--full-f32")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     if sys.argv[1:] == ["--profile"]:
         torch_profile()
         return
