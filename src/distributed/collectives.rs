@@ -251,9 +251,9 @@ impl Group {
         Ok(())
     }
 
-    /// The stream this group communicates on for tensors of `device`.
-    pub(crate) fn comm_stream(&self, device: MlxDevice) -> (MlxDevice, Stream) {
-        let dev = self.comm_device(device);
+    /// The device and stream this group communicates on (see `Group::comm_device`).
+    pub(crate) fn comm_stream(&self) -> (MlxDevice, Stream) {
+        let dev = self.comm_device();
         (dev, dev.stream())
     }
 
@@ -277,7 +277,7 @@ impl Group {
                 _ => self.eval_inputs(op, shapes, inputs, device),
             };
         }
-        let (dev, stream) = self.comm_stream(device);
+        let (dev, stream) = self.comm_stream();
         let local = Array::from_slice(&desc, &[DESC_LEN as i32]);
         let gathered = raw::all_gather(&local, &self.inner.raw, &stream)
             .map_err(|m| self.failed(op, shapes, m))?;
@@ -343,7 +343,7 @@ impl Group {
         if x.array().size() == 0 {
             return Ok(T::from_mlx(x));
         }
-        let (dev, stream) = self.comm_stream(x.device());
+        let (dev, stream) = self.comm_stream();
         let lazy =
             build(x.array(), &self.inner.raw, &stream).map_err(|m| self.failed(op, &shapes, m))?;
         let mut out = self.guarded_eval(op, &shapes, vec![lazy], dev)?;
@@ -397,7 +397,7 @@ impl Group {
             x.device(),
             &[x.array()],
         )?;
-        let (dev, stream) = self.comm_stream(x.device());
+        let (dev, stream) = self.comm_stream();
         if x.array().size() == 0 {
             let mut shape: Vec<i32> = x.array().shape().to_vec();
             match shape.first_mut() {
@@ -466,7 +466,7 @@ impl Group {
         let dtype = x.mlx_dtype();
         let bits = bits_dtype(x.array().item_size())
             .ok_or_else(|| self.invalid(op, format!("dtype {dtype:?} has no unsigned view")))?;
-        let (dev, stream) = self.comm_stream(x.device());
+        let (dev, stream) = self.comm_stream();
         let shape = x.array().shape().to_vec();
         let contribution = mlx_rs::with_stream(&stream, || {
             if self.rank() == root {
@@ -500,7 +500,7 @@ impl Group {
             MlxDevice::Cpu,
             &[],
         )?;
-        let (dev, stream) = self.comm_stream(MlxDevice::Cpu);
+        let (dev, stream) = self.comm_stream();
         let one = Array::from_slice(&[1i32], &[1]);
         let lazy = raw::all_sum(&one, &self.inner.raw, &stream)
             .map_err(|m| self.failed(op, "[1] Int32", m))?;
@@ -552,7 +552,7 @@ impl Group {
         let shapes = shape_text(&x);
         self.eval_inputs(op, &shapes, &[x.array()], x.device())?;
         let n = self.inner.sent[dst].fetch_add(1, Ordering::Relaxed) as i64 + 1;
-        let (dev, stream) = self.comm_stream(x.device());
+        let (dev, stream) = self.comm_stream();
         if self.check() {
             let header = describe(
                 OpCode::Message,
@@ -595,7 +595,7 @@ impl Group {
         let dims =
             crate::tensor::to_i32_shape(shape, op).map_err(|e| self.invalid(op, e.to_string()))?;
         let n = self.inner.received[src].fetch_add(1, Ordering::Relaxed) as i64 + 1;
-        let (dev, stream) = self.comm_stream(device);
+        let (dev, stream) = self.comm_stream();
         if self.check() {
             let expected = describe(OpCode::Message, n, Some(mlx_dtype), shape, src as i64);
             let lazy = raw::recv(

@@ -241,7 +241,7 @@ impl GradientAllReduce {
         desc[8] = digest as i64;
         group.agree(op, &shapes, desc, device, &inputs)?;
 
-        let (dev, stream) = group.comm_stream(device);
+        let (dev, stream) = group.comm_stream();
         let mlx = |e: mlx_rs::error::Exception| group.failed(op, &shapes, e.what().to_string());
         let mut lazy = Vec::with_capacity(buckets.len());
         for b in &buckets {

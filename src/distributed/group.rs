@@ -606,10 +606,11 @@ impl Group {
     }
 
     /// The device whose stream runs this group's communication: the CPU for ring, MPI and
-    /// JACCL, the tensor's own device for NCCL.
-    pub(crate) fn comm_device(&self, tensor_device: MlxDevice) -> MlxDevice {
+    /// JACCL, the GPU for NCCL, whatever device the tensors are on (NCCL communicates only from
+    /// GPU streams; MLX's CPU evaluation of a collective would hand NCCL a CPU stream).
+    pub(crate) fn comm_device(&self) -> MlxDevice {
         match self.inner.backend {
-            CommBackend::Nccl => tensor_device,
+            CommBackend::Nccl => MlxDevice::Gpu,
             _ => MlxDevice::Cpu,
         }
     }
