@@ -1,13 +1,16 @@
-//! `mlx_launch`: starts `n` ranks of a program on this machine for MLX's ring backend, like
-//! MLX's `mlx.launch` (see `burn_mlx::distributed::launch`).
+//! `mlx_launch`: starts `n` ranks of a program on this machine for MLX's ring backend or for
+//! NCCL (one GPU per rank), like MLX's `mlx.launch` (see `burn_mlx::distributed::launch`).
 //!
 //! ```text
 //! cargo build --release --example train_distributed
 //! cargo run --release --example mlx_launch -- -n 2 target/release/examples/train_distributed
+//! cargo run --release --features cuda --example mlx_launch -- -n 2 --backend nccl \
+//!     target/release/examples/train_distributed --backend nccl --device gpu
 //! ```
 //!
-//! It writes a hostfile with free loopback ports, starts each rank with `MLX_RANK` and
-//! `MLX_HOSTFILE` set, prefixes each output line with `[rank r]`, and when a rank fails, gives
+//! For the ring backend it writes a hostfile with free loopback ports and starts each rank with
+//! `MLX_RANK` and `MLX_HOSTFILE` set; for NCCL it sets `MLX_RANK`, `MLX_WORLD_SIZE`,
+//! `NCCL_HOST_IP`, `NCCL_PORT` and `CUDA_VISIBLE_DEVICES` (rank r on GPU r). It prefixes each output line with `[rank r]`, and when a rank fails, gives
 //! the others `--grace` seconds to end by themselves and then kills them. It exits with the
 //! failed rank's status (1 if it was killed by a signal).
 //!
@@ -21,7 +24,7 @@ use clap::Parser;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-/// Start N local ranks of a program for MLX's ring backend.
+/// Start N local ranks of a program for MLX's ring backend or NCCL.
 #[derive(Parser, Debug)]
 #[command(name = "mlx_launch", trailing_var_arg = true)]
 struct Args {
@@ -40,9 +43,13 @@ struct Args {
     /// Extra environment variable for every rank, KEY=VALUE (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
-    /// Print the hostfile and let MLX log its connections (MLX_RING_VERBOSE=1).
+    /// Print the hostfile and let MLX log its connections (MLX_RING_VERBOSE=1); with
+    /// `--backend nccl`, NCCL_DEBUG=INFO.
     #[arg(short, long)]
     verbose: bool,
+    /// The variables to set: `ring` (a hostfile) or `nccl` (one GPU per rank).
+    #[arg(long, default_value = "ring", value_parser = ["ring", "nccl"])]
+    backend: String,
     /// Instead of launching: print a hostfile for one rank per IPv4 address (comma-separated)
     /// and the command to start on each machine.
     #[arg(long, value_delimiter = ',')]
@@ -67,6 +74,7 @@ fn main() {
     options.timeout = (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout));
     options.grace = Duration::from_secs_f64(args.grace.max(0.0));
     options.verbose = args.verbose;
+    options.nccl = args.backend == "nccl";
     for kv in &args.env {
         let Some((k, v)) = kv.split_once('=') else {
             eprintln!("mlx_launch: --env {kv:?} is not KEY=VALUE");

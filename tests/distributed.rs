@@ -24,6 +24,7 @@ extern crate burn_core as burn;
 #[path = "../examples/train_distributed/ddp.rs"]
 mod ddp;
 #[path = "../examples/train_distributed/model.rs"]
+#[allow(dead_code)] // the Transformer encoder serves the example's benchmark only
 mod model;
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -864,6 +865,46 @@ fn setup_errors_are_clear() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success() && text.contains("config ok"), "{text}");
+}
+
+/// With `nccl`, the launcher gives each rank NCCL's variables (rendezvous on loopback, one GPU
+/// each) and no hostfile; no GPU is needed to check that.
+#[test]
+fn launcher_sets_nccl_variables() {
+    let script = "echo vars $MLX_RANK $MLX_WORLD_SIZE $NCCL_HOST_IP $NCCL_PORT \
+                  ${CUDA_VISIBLE_DEVICES:-none} ${MLX_HOSTFILE:-nohostfile}";
+    let mut options = LaunchOptions::new(2, "sh", ["-c", script]);
+    options.nccl = true;
+    options.forward_output = false;
+    options.timeout = Some(Duration::from_secs(30));
+    let report = launch(&options).expect("the ranks start");
+    assert!(report.success(), "{}", report.summary());
+    let vars: Vec<Vec<String>> = report
+        .ranks
+        .iter()
+        .map(|r| {
+            let line = r
+                .stdout
+                .iter()
+                .find(|l| l.starts_with("vars "))
+                .expect("the vars line");
+            line.split_whitespace()
+                .skip(1)
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    let own_gpus = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    for (rank, v) in vars.iter().enumerate() {
+        assert_eq!(v[0], rank.to_string(), "{v:?}");
+        assert_eq!(&v[1..3], ["2", "127.0.0.1"], "{v:?}");
+        assert!(v[3].parse::<u16>().is_ok_and(|p| p > 0), "{v:?}");
+        assert_eq!(v[3], vars[0][3], "one rendezvous port: {vars:?}");
+        if own_gpus.is_none() {
+            assert_eq!(v[4], rank.to_string(), "rank r on GPU r: {v:?}");
+        }
+        assert_eq!(v[5], "nohostfile", "{v:?}");
+    }
 }
 
 #[test]

@@ -1,11 +1,16 @@
-//! Starting `n` ranks of a program on this machine for MLX's ring backend, the way `mlx.launch`
-//! does: [`launch`] writes a hostfile with free loopback ports, starts each rank with
-//! `MLX_RANK` and `MLX_HOSTFILE` set, forwards each rank's output with a `[rank r]` prefix,
-//! stops the other ranks when one fails, and bounds the whole run in time. The `mlx_launch`
-//! example is its command line:
+//! Starting `n` ranks of a program on this machine, the way `mlx.launch` does: for MLX's ring
+//! backend, [`launch`] writes a hostfile with free loopback ports and starts each rank with
+//! `MLX_RANK` and `MLX_HOSTFILE` set; for NCCL ([`LaunchOptions::nccl`]), one rank per GPU, it
+//! sets `MLX_RANK`, `MLX_WORLD_SIZE`, `NCCL_HOST_IP` (loopback), `NCCL_PORT` (a free port) and
+//! `CUDA_VISIBLE_DEVICES` (rank r gets the r-th GPU: the r-th entry of the launcher's own
+//! `CUDA_VISIBLE_DEVICES` when that is set, else GPU r). Either way it forwards each rank's
+//! output with a `[rank r]` prefix, stops the other ranks when one fails, and bounds the whole
+//! run in time. The `mlx_launch` example is its command line:
 //!
 //! ```text
 //! cargo run --release --example mlx_launch -- -n 2 target/release/examples/train_distributed
+//! cargo run --release --features cuda --example mlx_launch -- -n 2 --backend nccl \
+//!     target/release/examples/train_distributed --backend nccl --device gpu
 //! ```
 //!
 //! # Several machines
@@ -56,8 +61,12 @@ pub struct LaunchOptions {
     pub grace: Duration,
     /// Print each rank's output, prefixed with `[rank r]`, as it comes.
     pub forward_output: bool,
-    /// Set `MLX_RING_VERBOSE=1` (MLX logs its connections) and print the hostfile.
+    /// Set `MLX_RING_VERBOSE=1` (MLX logs its connections) and print the hostfile; with
+    /// [`nccl`](Self::nccl), set `NCCL_DEBUG=INFO` instead.
     pub verbose: bool,
+    /// Set NCCL's variables (one GPU per rank, rendezvous on loopback) instead of writing a
+    /// hostfile for the ring backend (see the [module docs](self)).
+    pub nccl: bool,
 }
 
 impl LaunchOptions {
@@ -78,6 +87,7 @@ impl LaunchOptions {
             grace: Duration::from_secs(10),
             forward_output: true,
             verbose: false,
+            nccl: false,
         }
     }
 }
@@ -254,6 +264,24 @@ fn pump(
     })
 }
 
+/// A loopback port that is free now (for NCCL's rendezvous, which rank 0 opens).
+fn free_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// The launcher's own `CUDA_VISIBLE_DEVICES`, split at commas, when it names any GPU.
+fn visible_gpus() -> Option<Vec<String>> {
+    let list = std::env::var("CUDA_VISIBLE_DEVICES").ok()?;
+    let gpus: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(str::to_string)
+        .collect();
+    (!gpus.is_empty()).then_some(gpus)
+}
+
 /// A hostfile path in the temporary folder, unique to this launch.
 fn hostfile_path() -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -288,7 +316,15 @@ pub fn launch(options: &LaunchOptions) -> Result<LaunchReport, DistributedError>
         });
     }
     let hostfile = TempFile(hostfile_path());
-    if n > 1 {
+    let nccl_port = if options.nccl {
+        Some(free_port().map_err(|e| DistributedError::Launch {
+            message: format!("could not find a free loopback port for NCCL: {e}"),
+        })?)
+    } else {
+        None
+    };
+    let gpus = visible_gpus();
+    if n > 1 && !options.nccl {
         let hosts =
             Hostfile::local(n, options.connections).map_err(|e| DistributedError::Launch {
                 message: format!("could not find free loopback ports: {e}"),
@@ -319,14 +355,31 @@ pub fn launch(options: &LaunchOptions) -> Result<LaunchReport, DistributedError>
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if n > 1 {
+        if let Some(port) = nccl_port {
+            let gpu = gpus
+                .as_ref()
+                .map_or_else(|| rank.to_string(), |g| g[rank % g.len()].clone());
+            cmd.env("MLX_RANK", rank.to_string())
+                .env("MLX_WORLD_SIZE", n.to_string())
+                .env("NCCL_HOST_IP", "127.0.0.1")
+                .env("NCCL_PORT", port.to_string())
+                .env("CUDA_VISIBLE_DEVICES", gpu)
+                .env_remove("MLX_HOSTFILE");
+        } else if n > 1 {
             cmd.env("MLX_RANK", rank.to_string())
                 .env("MLX_HOSTFILE", &hostfile.0);
         } else {
             cmd.env_remove("MLX_RANK").env_remove("MLX_HOSTFILE");
         }
         if options.verbose {
-            cmd.env("MLX_RING_VERBOSE", "1");
+            cmd.env(
+                if options.nccl {
+                    "NCCL_DEBUG"
+                } else {
+                    "MLX_RING_VERBOSE"
+                },
+                if options.nccl { "INFO" } else { "1" },
+            );
         }
         let mut child = cmd.spawn().map_err(|e| DistributedError::Launch {
             message: format!(
