@@ -29,19 +29,28 @@ mod ddp;
 mod device_flag;
 mod model;
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use burn_mlx::distributed::launch::{launch, LaunchOptions};
 use burn_mlx::distributed::{self, CommBackend, DistributedError, GradientAllReduce, Group};
 use burn_mlx::{Mlx, MlxDevice};
-use burn_nn::loss::CrossEntropyLossConfig;
+use burn_nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use device_flag::DeviceFlag;
-use model::Mlp;
+use model::{Encoder, Mlp};
 use std::time::{Duration, Instant};
+
+/// The models `--model` picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ModelFlag {
+    /// The MLP on the spiral (`--hidden`, `--points`).
+    Mlp,
+    /// The Transformer encoder of `gpu_bench`'s Transformer step.
+    Transformer,
+}
 
 /// The training backend: MLX with Burn's autodiff decorator.
 type Train = Autodiff<Mlx>;
@@ -85,6 +94,22 @@ struct Args {
     /// what the group costs a single process.
     #[arg(long, conflicts_with_all = ["ranks", "bench"])]
     no_group: bool,
+    /// The model: the MLP on the spiral, or the Transformer encoder of the GPU benchmark's
+    /// Transformer step (d_model 256, 8 heads, 2 layers, feed-forward 1024, sequences of 128)
+    /// regressing a fixed random target.
+    #[arg(long, value_enum, default_value_t = ModelFlag::Mlp)]
+    model: ModelFlag,
+    /// Steps not timed at the start (warm-up: kernel compilation, allocation).
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// After training, rank 0 trains the same model from the same start alone on every step's
+    /// whole global batch and compares the parameters (fails beyond --parity-tol).
+    #[arg(long)]
+    parity: bool,
+    /// Largest difference `--parity` accepts, relative to each parameter tensor's largest value
+    /// (default 1e-5 on the CPU, 2e-2 on the GPU, where MLX runs f32 matmuls as TF32).
+    #[arg(long)]
+    parity_tol: Option<f32>,
     /// Measure all_sum bandwidth instead of training.
     #[arg(long)]
     bench: bool,
@@ -158,6 +183,8 @@ fn main() {
 fn launch_ranks(args: &Args) -> i32 {
     let exe = std::env::current_exe().expect("this program's path");
     let mut options = LaunchOptions::new(args.ranks, exe, std::env::args_os().skip(1));
+    // NCCL: one GPU per rank, rendezvous on loopback (the launcher sets NCCL's variables).
+    options.nccl = args.backend == CommBackend::Nccl;
     if std::env::var_os("OPENBLAS_NUM_THREADS").is_none() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = (cores / args.ranks).max(1);
@@ -219,7 +246,6 @@ fn train(args: &Args) -> Result<(), DistributedError> {
         Some(group(args)?)
     };
     let (rank, size) = group.as_ref().map_or((0, 1), |g| (g.rank(), g.size()));
-    let device = MlxDevice::from(args.device);
     if !args.batch.is_multiple_of(size) {
         return Err(DistributedError::Invalid {
             op: "train".into(),
@@ -231,67 +257,220 @@ fn train(args: &Args) -> Result<(), DistributedError> {
             ),
         });
     }
-    let local_batch = args.batch / size;
+    let device = MlxDevice::from(args.device);
+    match args.model {
+        ModelFlag::Mlp => {
+            let task = SpiralTask::new(args, &device);
+            run(args, group.as_ref(), &task, &device)
+        }
+        ModelFlag::Transformer => {
+            let task = EncoderTask::new(args, rank, size, &device);
+            run(args, group.as_ref(), &task, &device)
+        }
+    }
+}
 
-    // Every rank generates the same points and keeps every `size`-th one.
-    let (points, labels) = spiral(args.points);
-    let shard: Vec<usize> = (rank..labels.len()).step_by(size).collect();
-    let shard_points: Vec<f32> = shard
-        .iter()
-        .flat_map(|&i| [points[2 * i], points[2 * i + 1]])
-        .collect();
-    let shard_labels: Vec<i64> = shard.iter().map(|&i| labels[i]).collect();
-    let x_all =
-        Tensor::<Train, 2>::from_data(TensorData::new(shard_points, [shard.len(), 2]), &device);
-    let y_all =
-        Tensor::<Train, 1, Int>::from_data(TensorData::new(shard_labels, [shard.len()]), &device);
+/// What `run` trains: a model, its loss on this rank's part of a step's global batch, and what
+/// to report at the end.
+trait Task: Sized {
+    /// The model.
+    type Model: AutodiffModule<Train> + Clone;
+    /// A freshly initialised model (from the backend's seeded generator).
+    fn model(&self, device: &MlxDevice) -> Self::Model;
+    /// The loss of `model` on rank `rank`'s `1 / size` of step `step`'s global batch, a mean
+    /// over its samples (so that the mean over the ranks is the global batch's loss).
+    fn loss(&self, model: &Self::Model, step: usize, rank: usize, size: usize) -> Tensor<Train, 1>;
+    /// Printed by rank 0 after training (the MLP's accuracy).
+    fn report(&self, _model: &Self::Model) {}
+    /// For `--parity`'s one-process reference: a task that holds the whole global batch, when
+    /// this one holds only its rank's part (`None`: this one serves, as rank 0 of 1).
+    fn whole_batch(&self, _args: &Args, _device: &MlxDevice) -> Option<Self> {
+        None
+    }
+}
+
+/// The MLP on the spiral: every rank holds all points; global batch `s` is the points
+/// `s * batch .. (s + 1) * batch` (cyclically), and rank `r` of `n` takes every `n`-th of them
+/// from the `r`-th, so that the ranks' parts make up the same global batch as one process's.
+struct SpiralTask {
+    points: Vec<f32>,
+    labels: Vec<i64>,
+    x: Tensor<Train, 2>,
+    y: Tensor<Train, 1, Int>,
+    batch: usize,
+    hidden: usize,
+    loss_fn: CrossEntropyLoss<Train>,
+    device: MlxDevice,
+}
+
+impl SpiralTask {
+    fn new(args: &Args, device: &MlxDevice) -> Self {
+        let (points, labels) = spiral(args.points);
+        let n = labels.len();
+        let x = Tensor::<Train, 2>::from_data(TensorData::new(points.clone(), [n, 2]), device);
+        let y = Tensor::<Train, 1, Int>::from_data(TensorData::new(labels.clone(), [n]), device);
+        SpiralTask {
+            points,
+            labels,
+            x,
+            y,
+            batch: args.batch,
+            hidden: args.hidden,
+            loss_fn: CrossEntropyLossConfig::new().init(device),
+            device: *device,
+        }
+    }
+}
+
+impl Task for SpiralTask {
+    type Model = Mlp<Train>;
+
+    fn model(&self, device: &MlxDevice) -> Mlp<Train> {
+        Mlp::new(2, self.hidden, 3, device)
+    }
+
+    fn loss(&self, model: &Mlp<Train>, step: usize, rank: usize, size: usize) -> Tensor<Train, 1> {
+        let n = self.labels.len();
+        let local = self.batch / size;
+        let idx: Vec<i64> = (0..local)
+            .map(|i| ((step * self.batch + i * size + rank) % n) as i64)
+            .collect();
+        let idx = Tensor::<Train, 1, Int>::from_data(TensorData::new(idx, [local]), &self.device);
+        let logits = model.forward(self.x.clone().select(0, idx.clone()));
+        self.loss_fn.forward(logits, self.y.clone().select(0, idx))
+    }
+
+    fn report(&self, model: &Mlp<Train>) {
+        let acc = accuracy(&model.valid(), &self.points, &self.labels, &self.device);
+        println!("accuracy on all {} points: {acc:.1}%", self.labels.len());
+    }
+}
+
+/// The Transformer encoder regressing a fixed random target from a fixed random input (as
+/// `gpu_bench`'s Transformer step): global sample `i` is generated from its index alone, and
+/// rank `r` of `n` holds samples `r * batch / n .. (r + 1) * batch / n` of the global batch,
+/// the same every step.
+struct EncoderTask {
+    x: Tensor<Train, 3>,
+    target: Tensor<Train, 3>,
+    /// The first global sample this task holds.
+    first: usize,
+}
+
+impl EncoderTask {
+    /// The samples of rank `rank` of `size`.
+    fn new(args: &Args, rank: usize, size: usize, device: &MlxDevice) -> Self {
+        let local = args.batch / size;
+        Self::samples(rank * local, local, device)
+    }
+
+    /// Samples `first .. first + count` of the global batch.
+    fn samples(first: usize, count: usize, device: &MlxDevice) -> Self {
+        let (s, d) = (Encoder::<Train>::SEQ, Encoder::<Train>::D_MODEL);
+        let values = |offset: u64| -> Vec<f32> {
+            (first..first + count)
+                .flat_map(|i| uniform(2 * i as u64 + offset, s * d))
+                .collect()
+        };
+        let x = TensorData::new(values(0), [count, s, d]);
+        let target = TensorData::new(values(1), [count, s, d]);
+        EncoderTask {
+            x: Tensor::from_data(x, device),
+            target: Tensor::from_data(target, device),
+            first,
+        }
+    }
+}
+
+impl Task for EncoderTask {
+    type Model = Encoder<Train>;
+
+    fn model(&self, device: &MlxDevice) -> Encoder<Train> {
+        Encoder::new(device)
+    }
+
+    fn loss(
+        &self,
+        model: &Encoder<Train>,
+        _step: usize,
+        rank: usize,
+        size: usize,
+    ) -> Tensor<Train, 1> {
+        let held = self.x.dims()[0];
+        // A task built for one rank holds just that rank's samples; the one-process reference
+        // of `--parity` holds the whole global batch and passes rank 0 of 1.
+        debug_assert!(size == 1 || self.first == rank * held);
+        let out = model.forward(self.x.clone());
+        (out - self.target.clone()).powi_scalar(2).mean()
+    }
+
+    fn whole_batch(&self, args: &Args, device: &MlxDevice) -> Option<Self> {
+        Some(Self::samples(0, args.batch, device))
+    }
+}
+
+/// `n` values uniform in [0, 1), from seed `seed` (xorshift; the same on every machine).
+fn uniform(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
+
+/// Data-parallel training of `task` on every rank of `group` (or alone), with the throughput
+/// report and, with `--parity`, the comparison against one process on the whole global batch.
+fn run<T: Task>(
+    args: &Args,
+    group: Option<&Group>,
+    task: &T,
+    device: &MlxDevice,
+) -> Result<(), DistributedError> {
+    let (rank, size) = group.map_or((0, 1), |g| (g.rank(), g.size()));
+    let local_batch = args.batch / size;
     println!(
-        "rank {rank}: shard of {} points, {local_batch} per step (global batch {})",
-        shard.len(),
-        args.batch
+        "rank {rank}: {:?}, {local_batch} samples per step (global batch {})",
+        args.model, args.batch
     );
 
-    Train::seed(&device, 1 + rank as u64);
+    Train::seed(device, 1 + rank as u64);
     let reducer = GradientAllReduce::new();
-    let mut model = Mlp::<Train>::new(2, args.hidden, 3, &device);
-    if let Some(group) = &group {
+    let mut model = task.model(device);
+    if let Some(group) = group {
         model = ddp::broadcast_module(group, &reducer, model, 0)?;
     }
-    let mut optim = AdamConfig::new().init::<Train, Mlp<Train>>();
-    let loss_fn = CrossEntropyLossConfig::new().init(&device);
+    let mut optim = AdamConfig::new().init::<Train, T::Model>();
 
-    let warmup = 5.min(args.steps);
+    let warmup = args.warmup.min(args.steps);
     let mut start = Instant::now();
     for step in 0..args.steps {
         if step == warmup {
-            Mlx::sync(&device).expect("sync");
+            Mlx::sync(device).expect("sync");
             start = Instant::now();
         }
-        let offset = (step * local_batch) % shard.len();
-        let idx: Vec<i64> = (0..local_batch)
-            .map(|i| ((offset + i) % shard.len()) as i64)
-            .collect();
-        let idx = Tensor::<Train, 1, Int>::from_data(TensorData::new(idx, [local_batch]), &device);
-        let logits = model.forward(x_all.clone().select(0, idx.clone()));
-        let loss = loss_fn.forward(logits, y_all.clone().select(0, idx));
+        let loss = task.loss(&model, step, rank, size);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let grads = match &group {
+        let grads = match group {
             Some(group) => ddp::all_reduce_gradients(group, &reducer, &model, grads)?,
             None => grads,
         };
         model = optim.step(args.lr, model, grads);
         if step % 50 == 0 || step + 1 == args.steps {
-            let global = match &group {
+            let global = match group {
                 Some(group) => group.all_sum(loss.inner())?,
                 None => loss.inner(),
             };
             let global: f32 = global.into_scalar().elem::<f32>() / size as f32;
             if rank == 0 {
-                println!("step {step:>5}  loss {global:.4} (mean over ranks)");
+                println!("step {step:>5}  loss {global:.6} (mean over ranks)");
             }
         }
     }
-    Mlx::sync(&device).expect("sync");
+    Mlx::sync(device).expect("sync");
     let seconds = start.elapsed().as_secs_f64();
     let timed_steps = args.steps - warmup;
     let samples = (timed_steps * local_batch) as f64;
@@ -301,12 +480,12 @@ fn train(args: &Args) -> Result<(), DistributedError> {
         samples / seconds
     );
     // Global throughput: every rank's samples over the slowest rank's time.
-    let (total, slowest) = match &group {
+    let (total, slowest) = match group {
         Some(group) => {
-            let stats = Tensor::<Mlx, 1>::from_floats([samples as f32], &device);
+            let stats = Tensor::<Mlx, 1>::from_floats([samples as f32], device);
             let total: f32 = group.all_sum(stats)?.into_scalar().elem();
             let slowest: f32 = group
-                .all_max(Tensor::<Mlx, 1>::from_floats([seconds as f32], &device))?
+                .all_max(Tensor::<Mlx, 1>::from_floats([seconds as f32], device))?
                 .into_scalar()
                 .elem();
             (total, slowest)
@@ -315,18 +494,104 @@ fn train(args: &Args) -> Result<(), DistributedError> {
     };
     if rank == 0 {
         println!(
-            "global: {size} rank(s), {:.0} samples/s ({:.1} ms per global step of {})",
+            "global: {size} rank(s), {:.0} samples/s ({:.3} ms per global step of {})",
             total / slowest,
             1e3 * slowest / timed_steps.max(1) as f32,
             args.batch
         );
-        let acc = accuracy(&model.valid(), &points, &labels, &device);
-        println!("accuracy on all {} points: {acc:.1}%", labels.len());
+        task.report(&model);
     }
-    if let Some(group) = &group {
+    let mut failed = None;
+    if args.parity && rank == 0 {
+        failed = parity::<T>(args, task, &model, device).err();
+    }
+    if let Some(group) = group {
         group.barrier()?;
     }
-    Ok(())
+    match failed {
+        Some(message) => Err(DistributedError::Invalid {
+            op: "parity".into(),
+            rank,
+            size,
+            message,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `--parity`: trains the same model from the same start alone, on the whole global batch of
+/// every step, for the same steps, and compares its parameters with `trained`'s (rank 0's after
+/// data-parallel training). Fails when they differ by more than the tolerance.
+fn parity<T: Task>(
+    args: &Args,
+    task: &T,
+    trained: &T::Model,
+    device: &MlxDevice,
+) -> Result<(), String> {
+    let tol = args.parity_tol.unwrap_or(match args.device {
+        DeviceFlag::Cpu => 1e-5,
+        DeviceFlag::Gpu => 2e-2,
+    });
+    // The one-process reference needs the whole global batch (the MLP's task holds it anyway).
+    let whole = task.whole_batch(args, device);
+    let reference = whole.as_ref().unwrap_or(task);
+    Train::seed(device, 1);
+    let mut model = task.model(device);
+    let mut optim = AdamConfig::new().init::<Train, T::Model>();
+    for step in 0..args.steps {
+        let loss = reference.loss(&model, step, 0, 1);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(args.lr, model, grads);
+    }
+    let ours = ParamValues::of(trained);
+    let theirs = ParamValues::of(&model);
+    let (mut max_abs, mut max_rel, mut worst) = (0f32, 0f32, 0usize);
+    for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max).max(1e-12);
+        max_abs = max_abs.max(diff);
+        if diff / scale > max_rel {
+            (max_rel, worst) = (diff / scale, i);
+        }
+    }
+    let count: usize = theirs.iter().map(Vec::len).sum();
+    let verdict = if max_rel <= tol { "ok" } else { "FAILED" };
+    println!(
+        "parity after {} steps: max |data-parallel - one process| = {max_abs:.3e}, relative to \
+         the tensor's largest value {max_rel:.3e} (parameter tensor {worst} of {}, {count} \
+         values); tolerance {tol:.1e}: {verdict}",
+        args.steps,
+        theirs.len()
+    );
+    if max_rel <= tol {
+        Ok(())
+    } else {
+        Err(format!(
+            "the parameters differ from one process's by {max_rel:.3e} (relative), above {tol:.1e}"
+        ))
+    }
+}
+
+/// Every float parameter's values, in the module's order.
+struct ParamValues(Vec<Vec<f32>>);
+
+impl ParamValues {
+    fn of<M: AutodiffModule<Train>>(model: &M) -> Vec<Vec<f32>> {
+        let mut values = ParamValues(Vec::new());
+        model.visit(&mut values);
+        values.0
+    }
+}
+
+impl ModuleVisitor<Train> for ParamValues {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Train, D>>) {
+        let data = param.val().inner().into_data().convert::<f32>();
+        self.0.push(data.to_vec().expect("f32 parameters"));
+    }
 }
 
 /// `bytes` in words: `4 B`, `64 KiB`, `16 MiB`.
@@ -348,8 +613,10 @@ fn bench(args: &Args) -> Result<(), DistributedError> {
     let device = MlxDevice::from(args.device);
     if rank == 0 {
         println!(
-            "all_sum of f32 tensors between {size} ranks (ring, loopback); algbw = bytes / time, \
-             busbw = algbw * 2 (n - 1) / n, best algbw from the fastest call"
+            "all_sum of f32 tensors between {size} ranks ({} backend, {} device); algbw = bytes / \
+             time, busbw = algbw * 2 (n - 1) / n, best algbw from the fastest call",
+            group.backend(),
+            args.device
         );
         println!(
             "{:>10} {:>8} {:>6} {:>11} {:>8} {:>11} {:>11} {:>13}",

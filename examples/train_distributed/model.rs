@@ -1,9 +1,11 @@
-//! The small MLP that `train_distributed` trains and `tests/distributed.rs` checks for parity:
-//! `input → hidden → hidden → output` with ReLU.
+//! The models `train_distributed` trains: the small MLP that `tests/distributed.rs` also checks
+//! for parity (`input → hidden → hidden → output` with ReLU), and the Transformer encoder of the
+//! GPU benchmark's Transformer step.
 
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use burn_nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
 use burn_nn::{Linear, LinearConfig, Relu};
 
 /// `input → hidden → hidden → output`, ReLU between the layers.
@@ -31,5 +33,34 @@ impl<B: Backend> Mlp<B> {
         let x = self.relu.forward(self.l1.forward(x));
         let x = self.relu.forward(self.l2.forward(x));
         self.l3.forward(x)
+    }
+}
+
+/// The Transformer encoder of `gpu_bench`'s Transformer step (and of `cargo bench`'s): d_model
+/// 256, 8 heads, 2 layers, feed-forward 1024, no dropout, regressing a random target
+/// (`torch_ddp.py` builds PyTorch's `nn.TransformerEncoder` of the same shape).
+#[derive(Module, Debug)]
+pub struct Encoder<B: Backend> {
+    encoder: TransformerEncoder<B>,
+}
+
+impl<B: Backend> Encoder<B> {
+    /// Model width (`d_model`), and the feature size of each position of the input.
+    pub const D_MODEL: usize = 256;
+    /// Positions per sequence.
+    pub const SEQ: usize = 128;
+
+    /// A freshly initialised encoder on `device`.
+    pub fn new(device: &B::Device) -> Self {
+        Self {
+            encoder: TransformerEncoderConfig::new(Self::D_MODEL, 1024, 8, 2)
+                .with_dropout(0.0)
+                .init(device),
+        }
+    }
+
+    /// `[batch, SEQ, D_MODEL]` → the same shape.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.encoder.forward(TransformerEncoderInput::new(x))
     }
 }
