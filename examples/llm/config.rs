@@ -13,6 +13,10 @@ pub enum Architecture {
     Llama,
     /// `Qwen3ForCausalLM`: Llama's layout plus an RMSNorm over each query and key head.
     Qwen3,
+    /// Gemma 3 (text), read from llama.cpp's GGUF files only (`gguf.rs`): Qwen3's q/k norms,
+    /// RMSNorms also after attention and around the MLP, a GELU (tanh) gated MLP, embeddings
+    /// scaled by `sqrt(hidden)`, and sliding-window layers with their own RoPE base.
+    Gemma3,
 }
 
 impl Architecture {
@@ -97,6 +101,20 @@ pub struct LlmConfig {
     pub max_position_embeddings: usize,
     /// Tokens that end generation.
     pub eos_token_ids: Vec<u32>,
+    /// Sliding-window attention (Gemma 3): the window, the layers that use it (the others
+    /// attend to the whole context) and their RoPE base. `None` for full attention everywhere.
+    pub sliding: Option<SlidingWindow>,
+}
+
+/// Gemma 3's local attention layers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlidingWindow {
+    /// Positions a query of a sliding layer sees (itself and the `window - 1` before it).
+    pub window: usize,
+    /// Whether each layer slides (the others attend to every position).
+    pub layers: Vec<bool>,
+    /// The RoPE base of the sliding layers (`rope_theta` is the global layers').
+    pub rope_theta: f64,
 }
 
 /// The random-weight presets of `--bench`, by name.
@@ -299,6 +317,7 @@ impl LlmConfig {
             mlp_bias: bool_or("mlp_bias", false)?,
             max_position_embeddings: int_or("max_position_embeddings", 4096)?,
             eos_token_ids,
+            sliding: None,
         };
         if config.vocab_size == 0 || config.hidden_size == 0 || config.num_layers == 0 {
             return Err(err(
@@ -327,6 +346,7 @@ impl LlmConfig {
             mlp_bias: false,
             max_position_embeddings: 40_960,
             eos_token_ids: vec![],
+            sliding: None,
         };
         match name {
             // Qwen/Qwen3-0.6B's config.json.
@@ -354,6 +374,7 @@ impl LlmConfig {
                 mlp_bias: false,
                 max_position_embeddings: 131_072,
                 eos_token_ids: vec![],
+                sliding: None,
             }),
             // A Qwen3-shaped model of about 41M parameters that runs quickly on a small CPU.
             "small" => Ok(qwen3(512, 8, 8, 4, 64, 1536, 32_000)),

@@ -34,6 +34,7 @@ use clap::{Parser, ValueEnum};
 use llm::config::{LlmConfig, PRESETS};
 use llm::error::{LlmError, Result};
 use llm::generate::{generate, GenerateOptions};
+use llm::gguf::{decode, is_gguf, load_gguf, GgufFile};
 use llm::model::{Llm, Logits};
 use llm::sampling::Sampler;
 use llm::step::Decoder;
@@ -114,7 +115,8 @@ impl From<QuantizeArg> for QuantBits {
 #[derive(Debug, Parser)]
 #[command(name = "llm")]
 struct Args {
-    /// Model folder: config.json, model.safetensors (or shards and their index), tokenizer.json.
+    /// Model folder (config.json, model.safetensors or shards and their index, tokenizer.json),
+    /// or a llama.cpp `.gguf` file of Gemma 3 (with --prompt-ids).
     #[arg(long, required_unless_present = "bench")]
     model: Option<PathBuf>,
     /// Prompt text (needs the folder's tokenizer.json).
@@ -261,8 +263,24 @@ fn run<B: Backend>(
         .as_deref()
         .ok_or_else(|| LlmError::Input("--model DIR is required without --bench".into()))?;
     let start = Instant::now();
-    let model = quantize(load_model::<B>(dir, device, dtype)?, args.quantize)?;
-    let tokenizer = load_tokenizer(dir, args.prompt.is_some())?;
+    // A llama.cpp GGUF file (Gemma 3) carries its vocabulary but no tokenizer.json: prompts go
+    // in as ids, tokens come out as the vocabulary's pieces.
+    let (model, tokenizer, vocabulary) = if is_gguf(dir) {
+        let model = load_gguf::<B>(dir, device, dtype)?;
+        let vocabulary = GgufFile::open(dir)?.vocabulary()?;
+        if args.prompt.is_some() {
+            return Err(LlmError::Tokenizer(format!(
+                "{} is a GGUF file: this example does not build a tokenizer from it; give \
+                 --prompt-ids",
+                dir.display()
+            )));
+        }
+        (model, None, Some(vocabulary))
+    } else {
+        let model = load_model::<B>(dir, device, dtype)?;
+        (model, load_tokenizer(dir, args.prompt.is_some())?, None)
+    };
+    let model = quantize(model, args.quantize)?;
     let config = model.config();
     eprintln!(
         "loaded {} ({:?}, {} layers, {:.1}M parameters) on {backend_name} in {:?} in {:.2} s",
@@ -308,9 +326,17 @@ fn run<B: Backend>(
     };
     let mut stream = tokenizer.as_ref().map(TextStream::new);
     let mut decoder = args.decode_step.decoder(&model);
-    let (_, stats) = generate(&mut decoder, &mut cache, &prompt, &mut options, &mut |t| {
-        print_token(stream.as_mut(), t)
-    })?;
+    let (_, stats) =
+        generate(
+            &mut decoder,
+            &mut cache,
+            &prompt,
+            &mut options,
+            &mut |t| match &vocabulary {
+                Some(v) => print_text(&decode(v, &[t])),
+                None => print_token(stream.as_mut(), t),
+            },
+        )?;
     println!();
     println!("{}", stats.summary());
     Ok(())
@@ -332,6 +358,14 @@ fn print_token(stream: Option<&mut TextStream>, token: u32) -> Result<()> {
         Some(stream) => write!(out, "{}", stream.push(token)?).map_err(io)?,
         None => write!(out, "{token} ").map_err(io)?,
     }
+    out.flush().map_err(io)
+}
+
+/// Writes `text` to stdout at once.
+fn print_text(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| LlmError::Input(format!("writing to stdout: {e}"));
+    write!(out, "{text}").map_err(io)?;
     out.flush().map_err(io)
 }
 

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod generate;
+pub mod gguf;
 pub mod model;
 pub mod rope;
 pub mod sampling;

@@ -14,7 +14,7 @@
 use super::cache::{KvCache, LayerCache, Position};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
-use super::rope::rotary_embedding;
+use super::rope::{local_rotary_embedding, rotary_embedding};
 use burn_mlx::fast::{rms_norm, swiglu, RotaryEmbedding};
 use burn_mlx::quant::{QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
 use burn_tensor::backend::Backend;
@@ -204,7 +204,7 @@ impl<B: Backend> Attention<B> {
         let (q_out, kv_out) = (c.num_heads * d, c.num_kv_heads * d);
         let bias = c.attention_bias;
         let qk_norm = match c.architecture {
-            Architecture::Qwen3 => Some((
+            Architecture::Qwen3 | Architecture::Gemma3 => Some((
                 RmsNorm::load(src, &format!("{prefix}.q_norm.weight"), d, c.rms_norm_eps)?,
                 RmsNorm::load(src, &format!("{prefix}.k_norm.weight"), d, c.rms_norm_eps)?,
             )),
@@ -324,12 +324,22 @@ pub fn grouped_attention<B: Backend>(
     attention(q, repeat(k), repeat(v), None, bias, options(causal))
 }
 
-/// SwiGLU: `down(silu(gate(x)) · up(x))` ([`burn_mlx::fast::swiglu`]: one fused kernel on `Mlx`).
+/// The gated MLP `down(act(gate(x)) · up(x))`: SwiGLU (`act` = SiLU; [`burn_mlx::fast::swiglu`],
+/// one fused kernel on `Mlx`) for Llama and Qwen3, GeGLU with the tanh form of GELU for Gemma 3.
 #[derive(Debug, Clone)]
 pub struct Mlp<B: Backend> {
     gate_proj: Linear<B>,
     up_proj: Linear<B>,
     down_proj: Linear<B>,
+    /// GELU (tanh approximation, transformers' `gelu_pytorch_tanh`) instead of SiLU.
+    gelu: bool,
+}
+
+/// GELU in its tanh form: `x/2 · (1 + tanh(sqrt(2/pi) · (x + 0.044715 x³)))`.
+fn gelu_tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let inner =
+        (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
+    x * (inner.tanh() + 1.0) * 0.5
 }
 
 impl<B: Backend> Mlp<B> {
@@ -339,11 +349,17 @@ impl<B: Backend> Mlp<B> {
             gate_proj: Linear::load(src, &format!("{prefix}.gate_proj"), h, i, bias)?,
             up_proj: Linear::load(src, &format!("{prefix}.up_proj"), h, i, bias)?,
             down_proj: Linear::load(src, &format!("{prefix}.down_proj"), i, h, bias)?,
+            gelu: c.architecture == Architecture::Gemma3,
         })
     }
 
     fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
-        let gated = swiglu(self.gate_proj.forward(x.clone())?, self.up_proj.forward(x)?);
+        let (gate, up) = (self.gate_proj.forward(x.clone())?, self.up_proj.forward(x)?);
+        let gated = if self.gelu {
+            gelu_tanh(gate) * up
+        } else {
+            swiglu(gate, up)
+        };
         self.down_proj.forward(gated)
     }
 
@@ -353,17 +369,24 @@ impl<B: Backend> Mlp<B> {
             gate_proj: q(self.gate_proj, "gate_proj")?,
             up_proj: q(self.up_proj, "up_proj")?,
             down_proj: q(self.down_proj, "down_proj")?,
+            ..self
         })
     }
 }
 
-/// One pre-norm decoder block.
+/// One pre-norm decoder block. For Llama and Qwen3, `post_attention_layernorm` is the norm
+/// before the MLP; Gemma 3 normalizes the attention's output with it, and has two more norms,
+/// before and after the MLP (`feedforward_norms`).
 #[derive(Debug, Clone)]
 pub struct DecoderLayer<B: Backend> {
     input_layernorm: RmsNorm<B>,
     self_attn: Attention<B>,
     post_attention_layernorm: RmsNorm<B>,
     mlp: Mlp<B>,
+    /// Gemma 3's `pre_feedforward_layernorm` and `post_feedforward_layernorm`.
+    feedforward_norms: Option<(RmsNorm<B>, RmsNorm<B>)>,
+    /// Whether the layer attends over a sliding window (Gemma 3's local layers).
+    sliding: bool,
 }
 
 impl<B: Backend> DecoderLayer<B> {
@@ -380,6 +403,24 @@ impl<B: Backend> DecoderLayer<B> {
                 eps,
             )?,
             mlp: Mlp::load(src, &format!("{p}.mlp"), c)?,
+            feedforward_norms: match c.architecture {
+                Architecture::Gemma3 => Some((
+                    RmsNorm::load(
+                        src,
+                        &format!("{p}.pre_feedforward_layernorm.weight"),
+                        h,
+                        eps,
+                    )?,
+                    RmsNorm::load(
+                        src,
+                        &format!("{p}.post_feedforward_layernorm.weight"),
+                        h,
+                        eps,
+                    )?,
+                )),
+                Architecture::Llama | Architecture::Qwen3 => None,
+            },
+            sliding: c.sliding.as_ref().is_some_and(|s| s.layers[i]),
         })
     }
 
@@ -390,11 +431,22 @@ impl<B: Backend> DecoderLayer<B> {
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
     ) -> Result<Tensor<B, 2>> {
-        let h = x.clone()
-            + self
-                .self_attn
-                .forward(self.input_layernorm.forward(x), cache, rope, position)?;
-        Ok(h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))?)
+        let attended = self.self_attn.forward(
+            self.input_layernorm.forward(x.clone()),
+            cache,
+            rope,
+            position,
+        )?;
+        match &self.feedforward_norms {
+            None => {
+                let h = x + attended;
+                Ok(h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))?)
+            }
+            Some((pre, post)) => {
+                let h = x + self.post_attention_layernorm.forward(attended);
+                Ok(h.clone() + post.forward(self.mlp.forward(pre.forward(h))?))
+            }
+        }
     }
 
     fn quantize(self, bits: QuantBits, i: usize, report: &mut QuantReport) -> Result<Self> {
@@ -493,8 +545,10 @@ pub struct Llm<B: Backend> {
     norm: RmsNorm<B>,
     /// The output projection, `[vocab, hidden]` (the embedding table itself when tied).
     lm_head: Weight<B>,
-    /// Rotary position embeddings, shared by every layer.
+    /// Rotary position embeddings, shared by every layer (but Gemma 3's sliding layers).
     rope: RotaryEmbedding<B>,
+    /// The sliding layers' rotary embeddings (Gemma 3: another base).
+    rope_local: Option<RotaryEmbedding<B>>,
     device: B::Device,
     dtype: DType,
     quant: QuantReport,
@@ -520,6 +574,7 @@ impl<B: Backend> Llm<B> {
             src.matrix("lm_head.weight", [v, h])?.transpose()
         };
         let rope = rotary_embedding(&config, device);
+        let rope_local = local_rotary_embedding(&config, device);
         Ok(Self {
             config,
             embed_tokens: Embedding::Dense(embed_tokens),
@@ -527,6 +582,7 @@ impl<B: Backend> Llm<B> {
             norm,
             lm_head: Weight::Dense(lm_head_t),
             rope,
+            rope_local,
             device: device.clone(),
             dtype,
             quant: QuantReport::default(),
@@ -739,8 +795,16 @@ impl<B: Backend> Llm<B> {
             Embedding::Quantized(q) => q.rows(ids)?,
         };
         let mut x = x.reshape([seq, self.config.hidden_size]);
+        if self.config.architecture == Architecture::Gemma3 {
+            // Gemma scales the embeddings by sqrt(hidden), rounded to the weights' dtype.
+            x = x * (self.config.hidden_size as f32).sqrt();
+        }
         for (layer, layer_cache) in self.layers.iter().zip(caches) {
-            x = layer.forward(x, layer_cache, &self.rope, position)?;
+            let rope = match (&self.rope_local, layer.sliding) {
+                (Some(local), true) => local,
+                _ => &self.rope,
+            };
+            x = layer.forward(x, layer_cache, rope, position)?;
         }
         let x = self.norm.forward(x);
         let x = match which {

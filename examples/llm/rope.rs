@@ -49,3 +49,18 @@ pub fn inverse_frequencies(config: &LlmConfig) -> Vec<f64> {
 pub fn rotary_embedding<B: Backend>(config: &LlmConfig, device: &B::Device) -> RotaryEmbedding<B> {
     RotaryEmbedding::new(&inverse_frequencies(config), device)
 }
+
+/// The sliding layers' rotary embedding (Gemma 3: plain RoPE with the local base), if the model
+/// has sliding layers.
+pub fn local_rotary_embedding<B: Backend>(
+    config: &LlmConfig,
+    device: &B::Device,
+) -> Option<RotaryEmbedding<B>> {
+    let sliding = config.sliding.as_ref()?;
+    let local = LlmConfig {
+        rope_theta: sliding.rope_theta,
+        rope_scaling: RopeScaling::None,
+        ..config.clone()
+    };
+    Some(rotary_embedding(&local, device))
+}
