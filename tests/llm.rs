@@ -1207,3 +1207,204 @@ fn gemma3_gguf_matches_transformers() {
     println!("gemma3: greedy {tokens:?}");
     assert_eq!(tokens, greedy, "gemma3: greedy tokens against transformers");
 }
+
+/// Writes a tiny random Gemma 3 as a GGUF file (2 layers, hidden 64, 2 query heads and 1
+/// key/value head of 32, MLP 128, 64 tokens, sliding window 16, `general.architecture` =
+/// `arch`), every tensor F32 but the MLP's up projections, which are Q8_0, and without the tensor
+/// `skip`.
+fn write_tiny_gemma3(name: &str, arch: &str, skip: Option<&str>) -> PathBuf {
+    use candle_core::quantized::gguf_file::{write, Value};
+    use candle_core::quantized::{GgmlDType, QTensor};
+    let (h, heads, kv, d, ffn, vocab, layers) =
+        (64usize, 2usize, 1usize, 32usize, 128usize, 64usize, 2usize);
+    let cpu = candle_core::Device::Cpu;
+    let mut seed = 7u64;
+    let mut random = |shape: &[usize], scale: f32, offset: f32| {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                offset + scale * (((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0)
+            })
+            .collect();
+        candle_core::Tensor::from_vec(values, shape, &cpu).unwrap()
+    };
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let mut add = |name: String, t: candle_core::Tensor, dtype: GgmlDType| {
+        tensors.push((name, QTensor::quantize(&t, dtype).unwrap()));
+    };
+    add(
+        "token_embd.weight".into(),
+        random(&[vocab, h], 0.1, 0.0),
+        GgmlDType::F32,
+    );
+    add(
+        "output_norm.weight".into(),
+        random(&[h], 0.2, 1.0),
+        GgmlDType::F32,
+    );
+    for i in 0..layers {
+        let p = |leaf: &str| format!("blk.{i}.{leaf}");
+        for norm in [
+            "attn_norm",
+            "post_attention_norm",
+            "ffn_norm",
+            "post_ffw_norm",
+        ] {
+            add(
+                p(&format!("{norm}.weight")),
+                random(&[h], 0.2, 1.0),
+                GgmlDType::F32,
+            );
+        }
+        add(
+            p("attn_q_norm.weight"),
+            random(&[d], 0.2, 1.0),
+            GgmlDType::F32,
+        );
+        add(
+            p("attn_k_norm.weight"),
+            random(&[d], 0.2, 1.0),
+            GgmlDType::F32,
+        );
+        add(
+            p("attn_q.weight"),
+            random(&[heads * d, h], 0.1, 0.0),
+            GgmlDType::F32,
+        );
+        add(
+            p("attn_k.weight"),
+            random(&[kv * d, h], 0.1, 0.0),
+            GgmlDType::F32,
+        );
+        add(
+            p("attn_v.weight"),
+            random(&[kv * d, h], 0.1, 0.0),
+            GgmlDType::F32,
+        );
+        add(
+            p("attn_output.weight"),
+            random(&[h, heads * d], 0.1, 0.0),
+            GgmlDType::F32,
+        );
+        add(
+            p("ffn_gate.weight"),
+            random(&[ffn, h], 0.1, 0.0),
+            GgmlDType::F32,
+        );
+        add(
+            p("ffn_up.weight"),
+            random(&[ffn, h], 0.1, 0.0),
+            GgmlDType::Q8_0,
+        );
+        add(
+            p("ffn_down.weight"),
+            random(&[h, ffn], 0.1, 0.0),
+            GgmlDType::F32,
+        );
+    }
+    let k = |key: &str| format!("{arch}.{key}");
+    let metadata: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (k("context_length"), Value::U32(128)),
+        (k("embedding_length"), Value::U32(h as u32)),
+        (k("block_count"), Value::U32(layers as u32)),
+        (k("feed_forward_length"), Value::U32(ffn as u32)),
+        (k("attention.head_count"), Value::U32(heads as u32)),
+        (k("attention.head_count_kv"), Value::U32(kv as u32)),
+        (k("attention.key_length"), Value::U32(d as u32)),
+        (k("attention.value_length"), Value::U32(d as u32)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+        (k("attention.sliding_window"), Value::U32(16)),
+        (k("rope.freq_base"), Value::F32(1e6)),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(
+                (0..vocab)
+                    .map(|i| Value::String(format!("\u{2581}t{i}")))
+                    .collect(),
+            ),
+        ),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+    ];
+    let dir = scratch(name);
+    let path = dir.join("tiny.gguf");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let meta: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let kept: Vec<(&str, &QTensor)> = tensors
+        .iter()
+        .filter(|(n, _)| Some(n.as_str()) != skip)
+        .map(|(n, t)| (n.as_str(), t))
+        .collect();
+    write(&mut file, &meta, &kept).unwrap();
+    path
+}
+
+/// The GGUF path on a tiny random Gemma 3 (every Gemma 3 op: sandwich norms, GeGLU, scaled
+/// embeddings, local and global RoPE, a Q8_0 matrix): `Mlx` and NdArray agree on the prefill
+/// logits and on cached decoding within 1e-4, the fixed-shape step decodes as the eager one, and
+/// the GGUF errors (another architecture, a missing tensor, a truncated file, a context past the
+/// sliding window) name the file and what is wrong.
+#[test]
+fn gemma3_gguf_loads_and_runs_alike_on_mlx_and_ndarray() {
+    let path = write_tiny_gemma3("gemma3-tiny", "gemma3", None);
+    let mlx = load_gguf::<Mlx>(&path, &MlxDevice::Cpu, DType::F32).unwrap();
+    let nd = load_gguf::<NdArray>(&path, &NdArrayDevice::Cpu, DType::F32).unwrap();
+    assert_eq!(mlx.config().num_layers, 2);
+    assert_eq!(mlx.config().sliding.as_ref().unwrap().window, 16);
+    let prompt: Vec<u32> = vec![2, 17, 5, 40, 33, 8];
+    let mut cache = mlx.new_cache(prompt.len());
+    let a = rows(mlx.forward(&prompt, &mut cache, Logits::All).unwrap());
+    let mut cache = nd.new_cache(prompt.len());
+    let b = rows(nd.forward(&prompt, &mut cache, Logits::All).unwrap());
+    let diff = max_diff("gemma3 prefill", &a, &b);
+    assert!(diff <= TOL, "gemma3 tiny: Mlx and NdArray differ by {diff}");
+    let (diff, _) = cached_decode_diff(&mlx, &prompt[..3], &prompt[3..], "gemma3 decode");
+    assert!(diff <= TOL, "gemma3 tiny: cached decode differs by {diff}");
+    let (want, _) = step_logits(&mut Decoder::eager(&mlx), &prompt, 4);
+    let (got, _) = step_logits(&mut Decoder::fixed(&mlx), &prompt, 4);
+    let diff = max_diff("gemma3 fixed step", &got, &want);
+    assert!(diff <= TOL, "gemma3 tiny: fixed step differs by {diff}");
+
+    // Past the sliding window (16 positions): a clear error, not a wrong answer.
+    let mut cache = mlx.new_cache(20);
+    let long: Vec<u32> = (0..17).collect();
+    let err = mlx
+        .forward(&long, &mut cache, Logits::Last)
+        .unwrap_err()
+        .to_string();
+    assert_mentions(&err, &["sliding window of 16", "--max-tokens"]);
+
+    let err = load_gguf::<Mlx>(
+        &write_tiny_gemma3("gemma3-llama", "llama", None),
+        &MlxDevice::Cpu,
+        DType::F32,
+    )
+    .unwrap_err()
+    .to_string();
+    assert_mentions(&err, &["tiny.gguf", "llama (GGUF)", "gemma3 (GGUF)"]);
+    let err = load_gguf::<Mlx>(
+        &write_tiny_gemma3("gemma3-missing", "gemma3", Some("blk.1.ffn_up.weight")),
+        &MlxDevice::Cpu,
+        DType::F32,
+    )
+    .unwrap_err()
+    .to_string();
+    assert_mentions(
+        &err,
+        &[
+            "tiny.gguf",
+            "blk.1.ffn_up.weight",
+            "model.layers.1.mlp.up_proj.weight",
+        ],
+    );
+    let truncated = scratch("gemma3-truncated").join("cut.gguf");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let err = load_gguf::<Mlx>(&truncated, &MlxDevice::Cpu, DType::F32)
+        .unwrap_err()
+        .to_string();
+    assert_mentions(&err, &["cut.gguf"]);
+}
