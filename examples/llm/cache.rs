@@ -27,19 +27,40 @@ pub enum Position<B: Backend> {
         offset: Tensor<B, 1, Int>,
         /// The additive attention mask, `[1, 1, 1, capacity]`, in the model's dtype.
         bias: Tensor<B, 4>,
+        /// The mask of sliding layers (Gemma 3), which also hides the positions that fell out
+        /// of their window.
+        sliding_bias: Option<Tensor<B, 4>>,
     },
 }
 
 impl<B: Backend> Position<B> {
-    /// The device form for one new position at `offset` in a cache of `capacity` positions.
-    pub fn device(offset: Tensor<B, 1, Int>, capacity: usize, dtype: DType) -> Self {
+    /// The device form for one new position at `offset` in a cache of `capacity` positions,
+    /// with the mask of sliding layers of `window` positions if the model has them.
+    pub fn device(
+        offset: Tensor<B, 1, Int>,
+        capacity: usize,
+        dtype: DType,
+        window: Option<usize>,
+    ) -> Self {
         let device = offset.device();
-        let later = Tensor::<B, 1, Int>::arange(0..capacity as i64, &device)
-            .greater(offset.clone().expand([capacity]));
-        let bias = Tensor::<B, 1>::zeros([capacity], (&device, dtype))
-            .mask_fill(later, f32::NEG_INFINITY)
-            .reshape([1, 1, 1, capacity]);
-        Position::Device { offset, bias }
+        let keys = Tensor::<B, 1, Int>::arange(0..capacity as i64, &device);
+        let at = offset.clone().expand([capacity]);
+        let mask = |hidden: Tensor<B, 1, burn_tensor::Bool>| {
+            Tensor::<B, 1>::zeros([capacity], (&device, dtype))
+                .mask_fill(hidden, f32::NEG_INFINITY)
+                .reshape([1, 1, 1, capacity])
+        };
+        let later = keys.clone().greater(at.clone());
+        let sliding_bias = window.map(|w| {
+            // Hidden: later than the step, or at least `w` positions before it.
+            let old = (keys.clone() + w as i64).lower_equal(at.clone());
+            mask(later.clone().bool_or(old))
+        });
+        Position::Device {
+            offset,
+            bias: mask(later),
+            sliding_bias,
+        }
     }
 }
 
@@ -186,16 +207,6 @@ impl<B: Backend> KvCache<B> {
                 config.num_layers,
                 expected
             )));
-        }
-        if let Some(sliding) = &config.sliding {
-            if self.len + seq > sliding.window {
-                return Err(LlmError::Input(format!(
-                    "{} cached + {seq} new positions exceed the sliding window of {} positions: \
-                     attention past the window of the sliding layers is not implemented (keep \
-                     prompt + --max-tokens within {})",
-                    self.len, sliding.window, sliding.window
-                )));
-            }
         }
         if self.len + seq > self.capacity {
             return Err(LlmError::Input(format!(

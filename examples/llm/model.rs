@@ -223,13 +223,15 @@ impl<B: Backend> Attention<B> {
     }
 
     /// Attends `x` (`[seq, hidden]`, positions starting at `position`) over the cached prefix
-    /// and itself, writing its keys and values into `cache`.
+    /// and itself, writing its keys and values into `cache`. With `window`, a query sees only
+    /// itself and the `window - 1` positions before it (Gemma 3's sliding layers).
     fn forward(
         &self,
         x: Tensor<B, 2>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
+        window: Option<usize>,
     ) -> Result<Tensor<B, 2>> {
         let [seq, _] = x.dims();
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
@@ -252,13 +254,49 @@ impl<B: Backend> Attention<B> {
         };
         let (q, k, bias) = match position {
             Position::Host(offset) => (rope.apply(q, *offset), rope.apply(k, *offset), None),
-            Position::Device { offset, bias } => (
+            Position::Device {
+                offset,
+                bias,
+                sliding_bias,
+            } => (
                 rope.apply_at(q, offset.clone()),
                 rope.apply_at(k, offset.clone()),
-                Some(bias.clone()),
+                match (window, sliding_bias) {
+                    (Some(_), Some(sliding)) => Some(sliding.clone()),
+                    _ => Some(bias.clone()),
+                },
             ),
         };
         let (k, v) = cache.write(k, v, position);
+        // A sliding layer whose filled prefix is longer than its window: one query position
+        // reads the window's keys alone; several get a banded causal mask.
+        let (k, v, bias) = match (position, window) {
+            (Position::Host(offset), Some(w)) if offset + seq > w => {
+                let end = offset + seq;
+                if seq == 1 {
+                    (k.narrow(2, end - w, w), v.narrow(2, end - w, w), bias)
+                } else {
+                    let mask: Vec<f32> = (0..seq)
+                        .flat_map(|i| {
+                            let q_pos = offset + i;
+                            (0..end).map(move |j| {
+                                if j <= q_pos && q_pos - j < w {
+                                    0.0
+                                } else {
+                                    f32::NEG_INFINITY
+                                }
+                            })
+                        })
+                        .collect();
+                    let mask = Tensor::<B, 4>::from_data(
+                        TensorData::new(mask, [1, 1, seq, end]),
+                        (&q.device(), q.dtype()),
+                    );
+                    (k, v, Some(mask))
+                }
+            }
+            _ => (k, v, bias),
+        };
         let out = grouped_attention(q, k, v, bias, 1.0 / (d as f64).sqrt());
         let out = if seq == 1 {
             out.reshape([1, hq * d])
@@ -385,8 +423,8 @@ pub struct DecoderLayer<B: Backend> {
     mlp: Mlp<B>,
     /// Gemma 3's `pre_feedforward_layernorm` and `post_feedforward_layernorm`.
     feedforward_norms: Option<(RmsNorm<B>, RmsNorm<B>)>,
-    /// Whether the layer attends over a sliding window (Gemma 3's local layers).
-    sliding: bool,
+    /// The window of a sliding layer (Gemma 3's local layers); `None` for full attention.
+    window: Option<usize>,
 }
 
 impl<B: Backend> DecoderLayer<B> {
@@ -420,7 +458,7 @@ impl<B: Backend> DecoderLayer<B> {
                 )),
                 Architecture::Llama | Architecture::Qwen3 => None,
             },
-            sliding: c.sliding.as_ref().is_some_and(|s| s.layers[i]),
+            window: c.sliding.as_ref().filter(|s| s.layers[i]).map(|s| s.window),
         })
     }
 
@@ -436,6 +474,7 @@ impl<B: Backend> DecoderLayer<B> {
             cache,
             rope,
             position,
+            self.window,
         )?;
         match &self.feedforward_norms {
             None => {
@@ -776,7 +815,8 @@ impl<B: Backend> Llm<B> {
             Some(layer) => layer.capacity(),
             None => return Err(LlmError::Input("fixed_step: no layer caches".into())),
         };
-        let position = Position::device(offset, capacity, self.dtype);
+        let window = self.config.sliding.as_ref().map(|s| s.window);
+        let position = Position::device(offset, capacity, self.dtype, window);
         let logits = self.forward_layers(ids, &mut layers, &position, Logits::Last)?;
         Ok((logits, layers))
     }
@@ -800,8 +840,8 @@ impl<B: Backend> Llm<B> {
             x = x * (self.config.hidden_size as f32).sqrt();
         }
         for (layer, layer_cache) in self.layers.iter().zip(caches) {
-            let rope = match (&self.rope_local, layer.sliding) {
-                (Some(local), true) => local,
+            let rope = match (&self.rope_local, layer.window) {
+                (Some(local), Some(_)) => local,
                 _ => &self.rope,
             };
             x = layer.forward(x, layer_cache, rope, position)?;
