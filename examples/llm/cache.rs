@@ -13,7 +13,7 @@ use super::config::LlmConfig;
 use super::error::{LlmError, Result};
 use burn_mlx::fast::slice_assign_at;
 use burn_tensor::backend::Backend;
-use burn_tensor::{DType, Int, Tensor};
+use burn_tensor::{Bool, DType, Int, Tensor};
 
 /// Where the positions of a forward pass start.
 #[derive(Debug, Clone)]
@@ -43,25 +43,59 @@ impl<B: Backend> Position<B> {
         window: Option<usize>,
     ) -> Self {
         let device = offset.device();
-        let keys = Tensor::<B, 1, Int>::arange(0..capacity as i64, &device);
-        let at = offset.clone().expand([capacity]);
-        let mask = |hidden: Tensor<B, 1, burn_tensor::Bool>| {
-            Tensor::<B, 1>::zeros([capacity], (&device, dtype))
-                .mask_fill(hidden, f32::NEG_INFINITY)
-                .reshape([1, 1, 1, capacity])
-        };
+        let keys = Tensor::<B, 1, Int>::arange(0..capacity as i64, &device).unsqueeze::<2>();
+        let at = offset.clone().unsqueeze::<2>().expand([1, capacity]);
+        let bias = |hidden| additive_mask(hidden, &device, dtype);
         let later = keys.clone().greater(at.clone());
-        let sliding_bias = window.map(|w| {
-            // Hidden: later than the step, or at least `w` positions before it.
-            let old = (keys.clone() + w as i64).lower_equal(at.clone());
-            mask(later.clone().bool_or(old))
-        });
+        let sliding_bias = window.map(|w| bias(later.clone().bool_or(too_old(keys, at, w))));
         Position::Device {
             offset,
-            bias: mask(later),
+            bias: bias(later),
             sliding_bias,
         }
     }
+}
+
+/// Where key position `keys` lies `window` or more positions before query position `queries`
+/// (out of a sliding layer's window).
+fn too_old<B: Backend>(
+    keys: Tensor<B, 2, Int>,
+    queries: Tensor<B, 2, Int>,
+    window: usize,
+) -> Tensor<B, 2, Bool> {
+    (keys + window as i64).lower_equal(queries)
+}
+
+/// `[1, 1, rows, cols]`: 0 where `hidden` is false, -inf where it is true, in `dtype`.
+fn additive_mask<B: Backend>(
+    hidden: Tensor<B, 2, Bool>,
+    device: &B::Device,
+    dtype: DType,
+) -> Tensor<B, 4> {
+    Tensor::<B, 2>::zeros(hidden.dims(), (device, dtype))
+        .mask_fill(hidden, f32::NEG_INFINITY)
+        .unsqueeze::<4>()
+}
+
+/// The additive mask `[1, 1, seq, offset + seq]` of a sliding layer for query positions
+/// `offset..offset + seq` over the keys `0..offset + seq`: each query sees itself and the
+/// `window - 1` positions before it. Built on the device, once per forward pass.
+pub fn sliding_band<B: Backend>(
+    offset: usize,
+    seq: usize,
+    window: usize,
+    device: &B::Device,
+    dtype: DType,
+) -> Tensor<B, 4> {
+    let end = offset + seq;
+    let queries = Tensor::<B, 1, Int>::arange(offset as i64..end as i64, device)
+        .reshape([seq, 1])
+        .expand([seq, end]);
+    let keys = Tensor::<B, 1, Int>::arange(0..end as i64, device)
+        .reshape([1, end])
+        .expand([seq, end]);
+    let later = keys.clone().greater(queries.clone());
+    additive_mask(later.bool_or(too_old(keys, queries, window)), device, dtype)
 }
 
 /// The cached keys and values of one layer.

@@ -11,7 +11,7 @@
 //! ([`burn_mlx::quant::QuantizedMatrix`]): on `Mlx` products run through MLX's quantized matmul;
 //! other backends compute with the dequantized matrices (same numbers, no speed-up).
 
-use super::cache::{KvCache, LayerCache, Position};
+use super::cache::{sliding_band, KvCache, LayerCache, Position};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::{local_rotary_embedding, rotary_embedding};
@@ -224,7 +224,8 @@ impl<B: Backend> Attention<B> {
 
     /// Attends `x` (`[seq, hidden]`, positions starting at `position`) over the cached prefix
     /// and itself, writing its keys and values into `cache`. With `window`, a query sees only
-    /// itself and the `window - 1` positions before it (Gemma 3's sliding layers).
+    /// itself and the `window - 1` positions before it (Gemma 3's sliding layers); `band` is
+    /// that mask for a host position with several queries past the window ([`sliding_band`]).
     fn forward(
         &self,
         x: Tensor<B, 2>,
@@ -232,6 +233,7 @@ impl<B: Backend> Attention<B> {
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
         window: Option<usize>,
+        band: Option<&Tensor<B, 4>>,
     ) -> Result<Tensor<B, 2>> {
         let [seq, _] = x.dims();
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
@@ -269,30 +271,14 @@ impl<B: Backend> Attention<B> {
         };
         let (k, v) = cache.write(k, v, position);
         // A sliding layer whose filled prefix is longer than its window: one query position
-        // reads the window's keys alone; several get a banded causal mask.
+        // reads the window's keys alone; several take the banded mask `band`.
         let (k, v, bias) = match (position, window) {
             (Position::Host(offset), Some(w)) if offset + seq > w => {
-                let end = offset + seq;
                 if seq == 1 {
-                    (k.narrow(2, end - w, w), v.narrow(2, end - w, w), bias)
+                    let start = offset + 1 - w;
+                    (k.narrow(2, start, w), v.narrow(2, start, w), bias)
                 } else {
-                    let mask: Vec<f32> = (0..seq)
-                        .flat_map(|i| {
-                            let q_pos = offset + i;
-                            (0..end).map(move |j| {
-                                if j <= q_pos && q_pos - j < w {
-                                    0.0
-                                } else {
-                                    f32::NEG_INFINITY
-                                }
-                            })
-                        })
-                        .collect();
-                    let mask = Tensor::<B, 4>::from_data(
-                        TensorData::new(mask, [1, 1, seq, end]),
-                        (&q.device(), q.dtype()),
-                    );
-                    (k, v, Some(mask))
+                    (k, v, band.cloned())
                 }
             }
             _ => (k, v, bias),
@@ -468,6 +454,7 @@ impl<B: Backend> DecoderLayer<B> {
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
+        band: Option<&Tensor<B, 4>>,
     ) -> Result<Tensor<B, 2>> {
         let attended = self.self_attn.forward(
             self.input_layernorm.forward(x.clone()),
@@ -475,6 +462,7 @@ impl<B: Backend> DecoderLayer<B> {
             rope,
             position,
             self.window,
+            band,
         )?;
         match &self.feedforward_norms {
             None => {
@@ -839,12 +827,19 @@ impl<B: Backend> Llm<B> {
             // Gemma scales the embeddings by sqrt(hidden), rounded to the weights' dtype.
             x = x * (self.config.hidden_size as f32).sqrt();
         }
+        // The sliding layers' banded mask, when several positions run past the window.
+        let band = match (position, &self.config.sliding) {
+            (Position::Host(offset), Some(s)) if seq > 1 && offset + seq > s.window => Some(
+                sliding_band::<B>(*offset, seq, s.window, &self.device, self.dtype),
+            ),
+            _ => None,
+        };
         for (layer, layer_cache) in self.layers.iter().zip(caches) {
             let rope = match (&self.rope_local, layer.window) {
                 (Some(local), Some(_)) => local,
                 _ => &self.rope,
             };
-            x = layer.forward(x, layer_cache, rope, position)?;
+            x = layer.forward(x, layer_cache, rope, position, band.as_ref())?;
         }
         let x = self.norm.forward(x);
         let x = match which {
