@@ -263,16 +263,22 @@ impl<B: Backend> ParamSource<B> for GgufParams<'_, B> {
     }
 }
 
+impl GgufFile {
+    /// The file's model as a decoder in `dtype` on `device`.
+    pub fn load_model<B: Backend>(&mut self, device: &B::Device, dtype: DType) -> Result<Llm<B>> {
+        let config = self.config()?;
+        let mut params = GgufParams::<B> {
+            file: self,
+            device: device.clone(),
+            dtype,
+        };
+        Llm::build(config, &mut params, device, dtype)
+    }
+}
+
 /// Loads a Gemma 3 GGUF file as a decoder in `dtype` on `device`.
 pub fn load_gguf<B: Backend>(path: &Path, device: &B::Device, dtype: DType) -> Result<Llm<B>> {
-    let mut file = GgufFile::open(path)?;
-    let config = file.config()?;
-    let mut params = GgufParams::<B> {
-        file: &mut file,
-        device: device.clone(),
-        dtype,
-    };
-    Llm::build(config, &mut params, device, dtype)
+    GgufFile::open(path)?.load_model(device, dtype)
 }
 
 /// Text of `tokens` from a GGUF vocabulary (SentencePiece pieces: `▁` is a space, `<0xNN>` a

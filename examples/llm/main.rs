@@ -34,7 +34,7 @@ use clap::{Parser, ValueEnum};
 use llm::config::{LlmConfig, PRESETS};
 use llm::error::{LlmError, Result};
 use llm::generate::{generate, GenerateOptions};
-use llm::gguf::{decode, is_gguf, load_gguf, GgufFile};
+use llm::gguf::{decode, is_gguf, GgufFile};
 use llm::model::{Llm, Logits};
 use llm::sampling::Sampler;
 use llm::step::Decoder;
@@ -266,8 +266,9 @@ fn run<B: Backend>(
     // A llama.cpp GGUF file (Gemma 3) carries its vocabulary but no tokenizer.json: prompts go
     // in as ids, tokens come out as the vocabulary's pieces.
     let (model, tokenizer, vocabulary) = if is_gguf(dir) {
-        let model = load_gguf::<B>(dir, device, dtype)?;
-        let vocabulary = GgufFile::open(dir)?.vocabulary()?;
+        let mut file = GgufFile::open(dir)?;
+        let vocabulary = file.vocabulary()?;
+        let model = file.load_model::<B>(device, dtype)?;
         if args.prompt.is_some() {
             return Err(LlmError::Tokenizer(format!(
                 "{} is a GGUF file: this example does not build a tokenizer from it; give \
