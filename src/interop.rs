@@ -8,7 +8,7 @@
 use crate::{Mlx, MlxTensor};
 use burn_tensor::backend::Backend;
 use burn_tensor::{BasicOps, Tensor, TensorKind, TensorPrimitive};
-use std::any::Any;
+use std::any::{Any, TypeId};
 
 /// The MLX tensor behind `tensor` (float, quantized, int or bool) when `B` is [`Mlx`];
 /// otherwise `tensor`, unchanged.
@@ -49,16 +49,14 @@ pub fn from_mlx<B: Backend, const D: usize, K: TensorKind<B> + BasicOps<B>>(
 where
     K::Primitive: 'static,
 {
-    let float: Box<dyn Any> = Box::new(if tensor.quant.is_some() {
-        TensorPrimitive::<Mlx>::QFloat(tensor.clone())
+    let boxed: Box<dyn Any> = if TypeId::of::<K::Primitive>() == TypeId::of::<MlxTensor>() {
+        // Int and bool tensors: the MLX tensor is the primitive.
+        Box::new(tensor)
+    } else if tensor.quant.is_some() {
+        Box::new(TensorPrimitive::<Mlx>::QFloat(tensor))
     } else {
-        TensorPrimitive::<Mlx>::Float(tensor.clone())
-    });
-    let primitive = match float.downcast::<K::Primitive>() {
-        Ok(p) => *p,
-        Err(_) => *(Box::new(tensor) as Box<dyn Any>)
-            .downcast::<K::Primitive>()
-            .ok()?,
+        Box::new(TensorPrimitive::<Mlx>::Float(tensor))
     };
+    let primitive = *boxed.downcast::<K::Primitive>().ok()?;
     Some(Tensor::from_primitive(primitive))
 }

@@ -16,7 +16,7 @@ thread_local! {
 /// that is being compiled: MLX cannot compute values while tracing, and the evaluation lock is
 /// already held by the compiled call.
 pub(crate) fn check_not_tracing(op: &str) -> Result<(), MlxError> {
-    if TRACING.with(Cell::get) {
+    if is_tracing() {
         return Err(MlxError::Mlx {
             op: op.into(),
             message: "values cannot be read or evaluated inside a function passed to \

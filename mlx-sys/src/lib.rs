@@ -21,7 +21,7 @@ unsafe extern "C" {
     /// burn-mlx's addition (`exit_guard.cpp`, compiled into libmlxc): installs a
     /// `std::terminate` handler that parks a non-main thread whose exception comes from the
     /// destructor of an MLX CUDA handle (MLX's CUDA worker threads at process exit) instead of
-    /// aborting the process; every other terminate goes to the previous handler. Idempotent. Linux only (the
-    /// CUDA builds; on macOS mlx-c is built by CMake without it).
+    /// aborting the process; every other terminate goes to the previous handler. Idempotent.
+    /// Linux only (the CUDA builds; on macOS mlx-c is built by CMake without it).
     pub fn burn_mlx_install_terminate_guard();
 }
