@@ -17,14 +17,7 @@ import sys
 import time
 
 import mlx.core as mx
-
-
-def size_text(nbytes):
-    if nbytes >= 1 << 20 and nbytes % (1 << 20) == 0:
-        return f"{nbytes >> 20} MiB"
-    if nbytes >= 1 << 10 and nbytes % (1 << 10) == 0:
-        return f"{nbytes >> 10} KiB"
-    return f"{nbytes} B"
+from bandwidth_row import HEADER, bandwidth_row
 
 
 def main():
@@ -38,10 +31,7 @@ def main():
 
     if rank == 0:
         print(f"MLX {mx.__version__} Python: all_sum of f32 tensors between {size} ranks")
-        print(
-            f"{'bytes':>10} {'size':>8} {'iters':>6} {'ms (median)':>11} {'ms (min)':>8} "
-            f"{'algbw GB/s':>11} {'busbw GB/s':>11} {'best algbw':>13}"
-        )
+        print(HEADER)
     sizes = [4, 4 << 10, 64 << 10, 256 << 10] if small else []
     mb = max(low, 1)
     while mb <= high:
@@ -60,16 +50,8 @@ def main():
             mx.eval(y)
             times.append(time.perf_counter() - t)
             del y
-        times.sort()
-        median = times[len(times) // 2]
-        algbw = nbytes / median / 1e9
-        busbw = algbw * 2 * (size - 1) / size
         if rank == 0:
-            print(
-                f"{nbytes:>10} {size_text(nbytes):>8} {iters:>6} {median * 1e3:>11.3f} "
-                f"{times[0] * 1e3:>8.3f} {algbw:>11.3f} {busbw:>11.3f} "
-                f"{nbytes / times[0] / 1e9:>13.3f}"
-            )
+            print(bandwidth_row(nbytes, times, size))
     barrier()
 
 

@@ -33,6 +33,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from bandwidth_row import HEADER, bandwidth_row
+
 
 def free_port():
     with socket.socket() as s:
@@ -101,14 +103,6 @@ def step_worker(rank, world, args, port):
         dist.destroy_process_group()
 
 
-def size_text(nbytes):
-    if nbytes >= 1 << 20 and nbytes % (1 << 20) == 0:
-        return f"{nbytes >> 20} MiB"
-    if nbytes >= 1 << 10 and nbytes % (1 << 10) == 0:
-        return f"{nbytes >> 10} KiB"
-    return f"{nbytes} B"
-
-
 def allreduce_worker(rank, world, args, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dev = device_of(args, rank)
@@ -129,11 +123,7 @@ def allreduce_worker(rank, world, args, port):
             f"all_reduce of f32 tensors between {world} ranks; algbw = bytes / time, "
             "busbw = algbw * 2 (n - 1) / n, best algbw from the fastest call"
         )
-        print(
-            f"{'bytes':>10} {'size':>8} {'iters':>6} {'ms (median)':>11} {'ms (min)':>8} "
-            f"{'algbw GB/s':>11} {'busbw GB/s':>11} {'best algbw':>13}",
-            flush=True,
-        )
+        print(HEADER, flush=True)
     mb = max(args.min_mb, 1)
     while mb <= args.max_mb:
         nbytes = mb << 20
@@ -148,17 +138,8 @@ def allreduce_worker(rank, world, args, port):
             dist.all_reduce(x)
             sync(args)
             times.append(time.perf_counter() - t)
-        times.sort()
-        median = times[len(times) // 2]
-        algbw = nbytes / median / 1e9
-        busbw = algbw * 2 * (world - 1) / world
         if rank == 0:
-            print(
-                f"{nbytes:>10} {size_text(nbytes):>8} {iters:>6} {median * 1e3:>11.3f} "
-                f"{times[0] * 1e3:>8.3f} {algbw:>11.3f} {busbw:>11.3f} "
-                f"{nbytes / times[0] / 1e9:>13.3f}",
-                flush=True,
-            )
+            print(bandwidth_row(nbytes, times, world), flush=True)
         del x
         mb *= 2
     barrier()
