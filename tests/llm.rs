@@ -32,6 +32,8 @@ use llm::sampling::{argmax, Sampler};
 use llm::step::Decoder;
 use llm::tokenizer::{encode, load_tokenizer, TextStream};
 use llm::weights::load_model;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::path::{Path, PathBuf};
@@ -1233,16 +1235,11 @@ fn write_tiny_gemma3(name: &str, arch: &str, skip: Option<&str>) -> PathBuf {
     let (h, heads, kv, d, ffn, vocab, layers) =
         (64usize, 2usize, 1usize, 32usize, 128usize, 64usize, 2usize);
     let cpu = candle_core::Device::Cpu;
-    let mut seed = 7u64;
+    let mut rng = StdRng::seed_from_u64(7);
     let mut random = |shape: &[usize], scale: f32, offset: f32| {
         let n: usize = shape.iter().product();
         let values: Vec<f32> = (0..n)
-            .map(|_| {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                offset + scale * (((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0)
-            })
+            .map(|_| offset + scale * rng.random_range(-1.0f32..1.0))
             .collect();
         candle_core::Tensor::from_vec(values, shape, &cpu).unwrap()
     };

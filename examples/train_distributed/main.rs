@@ -54,6 +54,8 @@ use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use clap::{Parser, ValueEnum};
 use device_flag::DeviceFlag;
 use model::{Encoder, Mlp};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use std::time::{Duration, Instant};
 
 /// The models `--model` picks.
@@ -423,17 +425,11 @@ impl Task for EncoderTask {
     }
 }
 
-/// `n` values uniform in [0, 1), from seed `seed` (xorshift; the same on every machine).
+/// `n` values uniform in [0, 1), from seed `seed` (`rand`'s seeded `StdRng`: every rank, and
+/// the one-process reference of `--parity`, draws the same values for the same sample).
 fn uniform(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect()
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random::<f32>()).collect()
 }
 
 /// Data-parallel training of `task` on every rank of `group` (or alone), with the throughput
