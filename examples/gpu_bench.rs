@@ -22,6 +22,7 @@ mod device_flag;
 
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn_autodiff::Autodiff;
+use burn_mlx::fusion::{FusionStats, DEFAULT_THRESHOLD};
 use burn_mlx::{compile_float, pending_primitives, Mlx, MlxDevice, PrimitiveKind};
 use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::loss::CrossEntropyLossConfig;
@@ -144,6 +145,22 @@ fn step_secs<M: AutodiffModule<AD>>(
     })
 }
 
+/// Prints, for the evaluations since `before` that ran through compiled graphs, the primitives
+/// per evaluation before and after fusion; returns the counters now.
+fn fused_counts(name: &str, before: FusionStats) -> FusionStats {
+    let now = burn_mlx::fusion::stats();
+    let fused = now.fused - before.fused;
+    if fused > 0 {
+        println!(
+            "{name:<28} fusion: {fused} evaluations through compiled graphs, {:.0} primitives \
+             each before fusion, {:.0} after",
+            (now.primitives - before.primitives) as f64 / fused as f64,
+            (now.fused_primitives - before.fused_primitives) as f64 / fused as f64
+        );
+    }
+    now
+}
+
 /// Collects the MLX tensors behind a module's float parameters.
 struct Params(Vec<burn_mlx::MlxTensor>);
 
@@ -234,6 +251,21 @@ struct Args {
     /// backward, Adam update), by kind: the kernel launches a step pays for.
     #[arg(long)]
     count_primitives: bool,
+    /// burn-mlx's automatic fusion for the training steps: `both` times each step without it,
+    /// then with it.
+    #[arg(long, value_enum, default_value_t = FusionFlag::Both)]
+    fusion: FusionFlag,
+    /// Time the training steps only (no matmuls, no elementwise chain).
+    #[arg(long)]
+    steps_only: bool,
+}
+
+/// Which training-step rows to time: without automatic fusion, with it, or both.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum FusionFlag {
+    Both,
+    On,
+    Off,
 }
 
 /// How much each workload measures: the full run or `--quick`'s.
@@ -319,7 +351,7 @@ fn main() {
     let mut lines: Vec<Line> = Vec::new();
     let mut push = |workload: String, implementation: &'static str, secs: f64| {
         println!(
-            "{workload:<28} {implementation:<10} {:>10.3} ms",
+            "{workload:<28} {implementation:<16} {:>10.3} ms",
             secs * 1e3
         );
         lines.push(Line {
@@ -334,100 +366,135 @@ fn main() {
         MlxDevice::Gpu => mlx_rs::Device::gpu(),
     };
     let raw_stream = mlx_rs::Stream::try_default_on_device(&raw_device).expect("an MLX stream");
-    for (dt, raw_dt, label) in [
-        (DType::F32, mlx_rs::Dtype::Float32, "f32"),
-        (DType::BF16, mlx_rs::Dtype::Bfloat16, "bf16"),
-    ] {
-        for &n in &sizes.matmul {
-            let name = format!("matmul {label} {n}");
-            let a = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
-            let b = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
-            force(a.clone() + b.clone());
-            let t = median_secs(budget, || force(a.clone().matmul(b.clone())));
-            push(name.clone(), "burn-mlx", t);
+    if !args.steps_only {
+        for (dt, raw_dt, label) in [
+            (DType::F32, mlx_rs::Dtype::Float32, "f32"),
+            (DType::BF16, mlx_rs::Dtype::Bfloat16, "bf16"),
+        ] {
+            for &n in &sizes.matmul {
+                let name = format!("matmul {label} {n}");
+                let a = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
+                let b = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
+                force(a.clone() + b.clone());
+                let t = median_secs(budget, || force(a.clone().matmul(b.clone())));
+                push(name.clone(), "burn-mlx", t);
 
-            let (ra, rb) = mlx_rs::with_stream(&raw_stream, || {
-                let shape = [n as i32, n as i32];
-                let ra = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
-                    .and_then(|x| x.as_dtype(raw_dt))
-                    .expect("raw operand");
-                let rb = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
-                    .and_then(|x| x.as_dtype(raw_dt))
-                    .expect("raw operand");
-                (ra, rb)
-            });
-            ra.eval().expect("eval");
-            rb.eval().expect("eval");
-            let t = median_secs(budget, || {
-                mlx_rs::with_stream(&raw_stream, || {
-                    let c = ra.matmul(&rb).expect("raw matmul");
-                    c.eval().expect("eval");
-                })
-            });
-            push(name, "mlx-rs", t);
+                let (ra, rb) = mlx_rs::with_stream(&raw_stream, || {
+                    let shape = [n as i32, n as i32];
+                    let ra = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
+                        .and_then(|x| x.as_dtype(raw_dt))
+                        .expect("raw operand");
+                    let rb = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
+                        .and_then(|x| x.as_dtype(raw_dt))
+                        .expect("raw operand");
+                    (ra, rb)
+                });
+                ra.eval().expect("eval");
+                rb.eval().expect("eval");
+                let t = median_secs(budget, || {
+                    mlx_rs::with_stream(&raw_stream, || {
+                        let c = ra.matmul(&rb).expect("raw matmul");
+                        c.eval().expect("eval");
+                    })
+                });
+                push(name, "mlx-rs", t);
+            }
         }
+
+        // An elementwise chain, op by op (lazy, one kernel per op), compiled by MLX
+        // (`burn_mlx::compile_float`: fused), and in raw mlx-rs.
+        let n = sizes.chain_len;
+        let name = format!("chain exp(x*0.5+1)*x {n}");
+        let x = Tensor::<Mlx, 1>::random([n], Distribution::Default, &device);
+        force(x.clone());
+        let chain = |x: Tensor<Mlx, 1>| (x.clone() * 0.5 + 1.0).exp() * x;
+        push(
+            name.clone(),
+            "burn-mlx",
+            median_secs(budget, || force(chain(x.clone()))),
+        );
+        let mut compiled = compile_float::<1, _>(move |x| vec![chain(x[0].clone())], false);
+        let t = median_secs(budget, || {
+            force(
+                compiled
+                    .call(vec![x.clone()])
+                    .expect("compiled chain")
+                    .remove(0),
+            )
+        });
+        push(name.clone(), "compiled", t);
+        let rx = mlx_rs::with_stream(&raw_stream, || {
+            mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &[n as i32], None).expect("raw operand")
+        });
+        rx.eval().expect("eval");
+        let t = median_secs(budget, || {
+            mlx_rs::with_stream(&raw_stream, || {
+                let y = rx
+                    .multiply(mlx_rs::Array::from_f32(0.5))
+                    .and_then(|y| y.add(mlx_rs::Array::from_f32(1.0)))
+                    .and_then(|y| y.exp())
+                    .and_then(|y| y.multiply(&rx))
+                    .expect("raw chain");
+                y.eval().expect("eval");
+            })
+        });
+        push(name, "mlx-rs", t);
     }
 
-    // An elementwise chain, op by op (lazy, one kernel per op), compiled by MLX
-    // (`burn_mlx::compile_float`: fused), and in raw mlx-rs.
-    let n = sizes.chain_len;
-    let name = format!("chain exp(x*0.5+1)*x {n}");
-    let x = Tensor::<Mlx, 1>::random([n], Distribution::Default, &device);
-    force(x.clone());
-    let chain = |x: Tensor<Mlx, 1>| (x.clone() * 0.5 + 1.0).exp() * x;
-    push(
-        name.clone(),
-        "burn-mlx",
-        median_secs(budget, || force(chain(x.clone()))),
-    );
-    let mut compiled = compile_float::<1, _>(move |x| vec![chain(x[0].clone())], false);
-    let t = median_secs(budget, || {
-        force(
-            compiled
-                .call(vec![x.clone()])
-                .expect("compiled chain")
-                .remove(0),
-        )
-    });
-    push(name.clone(), "compiled", t);
-    let rx = mlx_rs::with_stream(&raw_stream, || {
-        mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &[n as i32], None).expect("raw operand")
-    });
-    rx.eval().expect("eval");
-    let t = median_secs(budget, || {
-        mlx_rs::with_stream(&raw_stream, || {
-            let y = rx
-                .multiply(mlx_rs::Array::from_f32(0.5))
-                .and_then(|y| y.add(mlx_rs::Array::from_f32(1.0)))
-                .and_then(|y| y.exp())
-                .and_then(|y| y.multiply(&rx))
-                .expect("raw chain");
-            y.eval().expect("eval");
-        })
-    });
-    push(name, "mlx-rs", t);
-
+    // The training steps, with burn-mlx's automatic fusion off ("burn-mlx unfused") and on
+    // ("burn-mlx", the default), one after the other in this process.
+    let settings: &[(u32, &'static str)] = match args.fusion {
+        FusionFlag::Both => &[(0, "burn-mlx unfused"), (DEFAULT_THRESHOLD, "burn-mlx")],
+        FusionFlag::On => &[(DEFAULT_THRESHOLD, "burn-mlx")],
+        FusionFlag::Off => &[(0, "burn-mlx unfused")],
+    };
     let ce = CrossEntropyLossConfig::new().init(&device);
     let x = Tensor::<AD, 2>::random([128, 784], Distribution::Default, &device);
     let y = labels(128, &device);
-    let t = step_secs(Mlp::<AD>::new(&device), budget, |m| {
-        ce.forward(m.forward(x.clone()), y.clone())
-    });
-    push("MLP step (batch 128)".into(), "burn-mlx", t);
-
-    let x = Tensor::<AD, 4>::random([64, 1, 28, 28], Distribution::Default, &device);
-    let y = labels(64, &device);
-    let t = step_secs(Cnn::<AD>::new(&device), budget, |m| {
-        ce.forward(m.forward(x.clone()), y.clone())
-    });
-    push("CNN step (batch 64)".into(), "burn-mlx", t);
-
-    let (model, x, target) = transformer_workload(&device);
-    let t = step_secs(model, budget, |m| {
-        let out = m.forward(TransformerEncoderInput::new(x.clone()));
-        (out - target.clone()).powi_scalar(2).mean()
-    });
-    push("Transformer step (batch 16)".into(), "burn-mlx", t);
+    let xc = Tensor::<AD, 4>::random([64, 1, 28, 28], Distribution::Default, &device);
+    let yc = labels(64, &device);
+    let (transformer, xt, target) = transformer_workload(&device);
+    for &(threshold, implementation) in settings {
+        burn_mlx::fusion::set_threshold(device, threshold);
+        let before = burn_mlx::fusion::stats();
+        let t = step_secs(Mlp::<AD>::new(&device), budget, |m| {
+            ce.forward(m.forward(x.clone()), y.clone())
+        });
+        push("MLP step (batch 128)".into(), implementation, t);
+        let before = fused_counts("MLP step", before);
+        let t = step_secs(Cnn::<AD>::new(&device), budget, |m| {
+            ce.forward(m.forward(xc.clone()), yc.clone())
+        });
+        push("CNN step (batch 64)".into(), implementation, t);
+        let before = fused_counts("CNN step", before);
+        let t = step_secs(transformer.clone(), budget, |m| {
+            let out = m.forward(TransformerEncoderInput::new(xt.clone()));
+            (out - target.clone()).powi_scalar(2).mean()
+        });
+        push("Transformer step (batch 16)".into(), implementation, t);
+        fused_counts("Transformer step", before);
+    }
+    let stats = burn_mlx::fusion::stats();
+    println!(
+        "fusion: {} of {} evaluations ran through {} compiled graphs ({} failed to compile, \
+         {} dropped as slower)",
+        stats.fused, stats.evaluations, stats.compiled, stats.failed, stats.slower
+    );
+    for workload in [
+        "MLP step (batch 128)",
+        "CNN step (batch 64)",
+        "Transformer step (batch 16)",
+    ] {
+        let secs = |implementation: &str| {
+            lines
+                .iter()
+                .find(|l| l.workload == workload && l.implementation == implementation)
+                .map(|l| l.secs)
+        };
+        if let (Some(plain), Some(fused)) = (secs("burn-mlx unfused"), secs("burn-mlx")) {
+            println!("{workload:<28} fused is {:.2}x unfused", plain / fused);
+        }
+    }
 
     if let Some(path) = args.json {
         let body: Vec<String> = lines

@@ -61,6 +61,7 @@ fn main() {
     println!("cargo:rerun-if-changed=blas.rs");
     println!("cargo:rerun-if-changed=blas_gemv.c");
     println!("cargo:rerun-if-changed=exit_guard.cpp");
+    println!("cargo:rerun-if-changed=fusion.cpp");
     println!("cargo:rerun-if-changed=bindings");
 
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
@@ -431,8 +432,11 @@ mod linux {
             .filter(|p| p.extension().is_some_and(|x| x == "cpp"))
             .collect();
         sources.sort();
-        // burn-mlx's own C++: the terminate handler for MLX's CUDA teardown at exit.
-        sources.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("exit_guard.cpp"));
+        // burn-mlx's own C++: the terminate handler for MLX's CUDA teardown at exit, and the
+        // automatic fusion of recurring graphs at evaluation.
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        sources.push(here.join("exit_guard.cpp"));
+        sources.push(here.join("fusion.cpp"));
         let mut build = cc::Build::new();
         build
             .cpp(true)

@@ -29,6 +29,7 @@ mod dtype;
 mod error;
 pub mod fast;
 pub(crate) mod ffi;
+pub mod fusion;
 mod graph;
 mod interop;
 mod ops;

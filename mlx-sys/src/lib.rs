@@ -25,3 +25,28 @@ unsafe extern "C" {
     /// Linux only (the CUDA builds; on macOS mlx-c is built by CMake without it).
     pub fn burn_mlx_install_terminate_guard();
 }
+
+unsafe extern "C" {
+    /// burn-mlx's addition (`fusion.cpp`, compiled into libmlxc): evaluates `n` arrays (waiting
+    /// when `wait`, otherwise as `mlx_async_eval`), through an MLX-compiled replay of their
+    /// graph when its structure recurs. Returns 0, or 1 with the message written to `err`.
+    pub fn burn_mlx_eval(
+        arrays: *const mlx_array,
+        n: usize,
+        wait: bool,
+        err: *mut ::std::os::raw::c_char,
+        err_len: usize,
+    ) -> ::std::os::raw::c_int;
+    /// How many times a graph structure must be seen before it is compiled, for graphs on the
+    /// GPU (`gpu`) or the CPU (0: never).
+    pub fn burn_mlx_fusion_set_threshold(gpu: bool, n: ::std::os::raw::c_int);
+    /// The current threshold for the GPU (`gpu`) or the CPU.
+    pub fn burn_mlx_fusion_threshold(gpu: bool) -> ::std::os::raw::c_int;
+    /// Writes 7 counters: evaluations, fused evaluations, structures compiled, failed
+    /// compilations, primitives of the original graphs evaluated through compiled graphs, the
+    /// primitives of the compiled graphs that replaced them, and structures whose compiled
+    /// graph was measured slower and dropped.
+    pub fn burn_mlx_fusion_stats(out: *mut u64);
+    /// Forgets every recorded structure and compiled function.
+    pub fn burn_mlx_fusion_clear();
+}

@@ -1,0 +1,779 @@
+// burn-mlx: automatic fusion of recurring lazy graphs, at evaluation time.
+//
+// Burn builds an MLX graph op by op; a training step or an inference call builds the same graph
+// (the same primitives, shapes and dtypes, wired the same way) every time it runs. MLX's
+// `compile` turns such a graph into fewer, larger kernels (elementwise chains fused into one
+// `Compiled` primitive, common subexpressions merged), but it compiles *functions*, and Burn code
+// is not written as one. This file lets an evaluation do it instead:
+//
+// 1. Walk the pending graph of the arrays to evaluate (the arrays that are not yet scheduled),
+//    in topological order. Arrays already computed or being computed are its inputs ("leaves").
+// 2. Find its outputs: the arrays asked for, and every other array of the graph that something
+//    outside it still holds (a Burn tensor, an autodiff node, a later lazy op). Those have to be
+//    materialized, as MLX's own evaluation would. An array's holders outside the graph are its
+//    reference count less the references from inside the graph.
+// 3. Hash the graph's structure (primitive class, stream, shapes, dtypes, wiring, outputs). The
+//    first time a structure is seen, nothing else happens: one-off graphs cost one walk.
+// 4. When a structure has been seen `threshold` times, record it as a recipe (the primitives and
+//    the wiring, no data) and hand a function that replays the recipe on new inputs to
+//    `mlx::core::compile`. MLX traces it once, simplifies and fuses it, and caches the result.
+// 5. Later graphs with the same structure are checked node by node against the recipe (same
+//    primitive class and `is_equivalent` parameters, same stream) and evaluated through the
+//    compiled function: each output array of the original graph becomes a `Copy` (a buffer
+//    share, no kernel) of the matching compiled output, and MLX evaluates those.
+// 6. Fusion is not always faster (MLX's fused kernels cost host time per launch too, and a
+//    compiled graph can be slower than the hand-written kernels it replaces), so each structure
+//    is measured: the evaluation calls before compiling (but the first) and the compiled ones
+//    after the first (which builds the kernels) are timed, and after `fused_trials` compiled
+//    ones the compiled graph is kept only if its best time beats the best plain one.
+//
+// Anything the pass does not understand (a tracer, a primitive that cannot be compared,
+// collectives) leaves the graph to MLX's plain evaluation. A failure while compiling leaves the
+// graph untouched, evaluates it plainly and never tries that structure again.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <typeinfo>
+#include <unordered_map>
+#include <vector>
+
+#include "mlx/c/array.h"
+#include "mlx/c/private/array.h"
+#include "mlx/compile.h"
+#include "mlx/mlx.h"
+#include "mlx/primitives.h"
+
+namespace mx = mlx::core;
+
+namespace {
+
+// A value of a recorded graph: input `index` (node < 0), or output `index` of node `node`.
+struct Ref {
+  int32_t node;
+  int32_t index;
+  bool operator==(const Ref& o) const {
+    return node == o.node && index == o.index;
+  }
+};
+
+// One primitive application of a recorded graph.
+struct Node {
+  std::shared_ptr<mx::Primitive> primitive;
+  std::vector<mx::Shape> shapes;
+  std::vector<mx::Dtype> dtypes;
+  std::vector<Ref> inputs;
+};
+
+// A graph's structure without its data: what the compiled function replays.
+struct Recipe {
+  std::vector<Node> nodes;
+  size_t n_leaves = 0;
+  std::vector<Ref> outputs;
+};
+
+// The pending graph of one evaluation.
+struct Graph {
+  std::vector<mx::array> leaves;
+  // The original arrays of each node (its outputs, siblings included), in topological order.
+  std::vector<std::vector<mx::array>> arrays;
+  Recipe recipe;
+  uint64_t hash = 0;
+  // Sightings before this graph's structure is compiled (from its device).
+  int threshold = 0;
+};
+
+// A structure seen before: how often, and once compiled, its recipe and compiled function.
+struct Entry {
+  uint64_t seen = 0;
+  // Compiling failed, or the compiled graph was measured slower: evaluate plainly from now on.
+  bool failed = false;
+  bool slower = false;
+  std::shared_ptr<const Recipe> recipe;
+  std::function<std::vector<mx::array>(const std::vector<mx::array>&)> compiled;
+  uint64_t last_used = 0;
+  // The fastest plain and compiled evaluations measured (seconds), and how many compiled ones.
+  double plain_best = 1e30;
+  double fused_best = 1e30;
+  int fused_samples = 0;
+};
+
+// Compiled evaluations timed (after the first, which includes building the kernels) before a
+// structure's compiled graph is kept or dropped.
+constexpr int fused_trials = 3;
+
+// Graphs with fewer primitives are evaluated plainly and do not count for the back-off: there is
+// little to fuse, and they are often the reads between the steps of a loop.
+constexpr size_t min_nodes = 16;
+
+// `BURN_MLX_FUSION_DEBUG=1`: one line per evaluation on stderr (nodes, hash, what happened).
+bool debug() {
+  static const bool on = [] {
+    const char* v = std::getenv("BURN_MLX_FUSION_DEBUG");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+// Primitives whose evaluation talks to other processes: never replayed or merged.
+bool is_collective(const char* name) {
+  static const char* const names[] = {
+      "AllReduce", "AllGather", "Send", "Recv", "ReduceScatter", "Load"};
+  for (const char* n : names) {
+    if (std::strcmp(name, n) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The number of `array` handles that share `a`'s descriptor. `array` holds exactly one
+// `std::shared_ptr` to it (checked below), so its reference count is read through that.
+static_assert(
+    sizeof(mx::array) == sizeof(std::shared_ptr<void>),
+    "mlx::core::array is expected to hold exactly one shared_ptr");
+long handles(const mx::array& a) {
+  return reinterpret_cast<const std::shared_ptr<void>&>(a).use_count();
+}
+
+inline void mix(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+}
+
+bool is_leaf(const mx::array& a) {
+  return a.status() != mx::array::Status::unscheduled || !a.has_primitive();
+}
+
+// A table from array ids (addresses, never 0) to what the walk knows of them: their place in
+// the graph, and how many handles the graph itself holds on them. Open addressing, linear
+// probing: a walk touches every node a few times, and this is most of its cost.
+class IdTable {
+ public:
+  struct Slot {
+    std::uintptr_t id = 0;
+    Ref ref{-1, -1};
+    long inside = 0;
+  };
+
+  explicit IdTable(size_t expected) {
+    size_t cap = 64;
+    while (cap < expected * 2) {
+      cap <<= 1;
+    }
+    slots_.resize(cap);
+  }
+
+  // The slot of `id`, or nullptr.
+  Slot* find(std::uintptr_t id) {
+    for (size_t i = index(id);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].id == id) {
+        return &slots_[i];
+      }
+      if (slots_[i].id == 0) {
+        return nullptr;
+      }
+    }
+  }
+
+  // The slot of `id`, created (with `ref`) if it is not there.
+  Slot& insert(std::uintptr_t id, Ref ref) {
+    if ((size_ + 1) * 2 > slots_.size()) {
+      grow();
+    }
+    for (size_t i = index(id);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].id == id) {
+        return slots_[i];
+      }
+      if (slots_[i].id == 0) {
+        slots_[i].id = id;
+        slots_[i].ref = ref;
+        size_++;
+        return slots_[i];
+      }
+    }
+  }
+
+ private:
+  size_t index(std::uintptr_t id) const {
+    return static_cast<size_t>((id >> 4) * 0x9e3779b97f4a7c15ULL) & (slots_.size() - 1);
+  }
+
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    size_ = 0;
+    for (const auto& slot : old) {
+      if (slot.id != 0) {
+        insert(slot.id, slot.ref).inside = slot.inside;
+      }
+    }
+  }
+
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+};
+
+// What a walk found.
+enum class Walked {
+  // A graph the pass can compile.
+  Fusable,
+  // Fewer than `min_nodes` primitives: left to MLX, and not counted for the back-off.
+  Small,
+  // A graph the pass leaves to MLX (a tracer, a primitive that cannot be compared, collectives,
+  // or fused kernels already: a graph from `compile`); counted as a new structure.
+  Unfusable,
+};
+
+// Walks the pending graph of `roots` into `g`.
+Walked walk(const std::vector<mx::array>& roots, Graph& g) {
+  IdTable refs(1024);
+  std::vector<std::pair<mx::array, size_t>> stack;
+  for (const auto& root : roots) {
+    if (refs.find(root.id()) != nullptr || is_leaf(root)) {
+      continue;
+    }
+    stack.emplace_back(root, 0);
+    while (!stack.empty()) {
+      size_t next = stack.back().second;
+      const auto& inputs = stack.back().first.inputs();
+      if (next < inputs.size()) {
+        stack.back().second++;
+        const mx::array& in = inputs[next];
+        if (refs.find(in.id()) != nullptr) {
+          continue;
+        }
+        if (in.is_tracer()) {
+          return Walked::Unfusable;
+        }
+        if (is_leaf(in)) {
+          refs.insert(in.id(), Ref{-1, static_cast<int32_t>(g.leaves.size())});
+          g.leaves.push_back(in);
+        } else {
+          mx::array copy = in; // `inputs` lives in the array that the push may move
+          stack.emplace_back(std::move(copy), 0);
+        }
+        continue;
+      }
+      mx::array a = std::move(stack.back().first);
+      stack.pop_back();
+      if (refs.find(a.id()) != nullptr) {
+        continue; // a sibling of a node finished earlier
+      }
+      if (a.is_tracer()) {
+        return Walked::Unfusable;
+      }
+      auto& primitive = a.primitive();
+      if (is_collective(primitive.name()) || !primitive.is_equivalent(primitive) ||
+          std::strncmp(primitive.name(), "Compiled", 8) == 0) {
+        if (debug()) {
+          std::fprintf(stderr, "burn-mlx fusion: not fused, primitive %s\n", primitive.name());
+        }
+        return Walked::Unfusable;
+      }
+      Node node;
+      node.primitive = a.primitive_ptr();
+      node.inputs.reserve(a.inputs().size());
+      for (const auto& in : a.inputs()) {
+        node.inputs.push_back(refs.find(in.id())->ref);
+      }
+      int32_t index = static_cast<int32_t>(g.arrays.size());
+      std::vector<mx::array> outputs;
+      if (a.siblings().empty()) {
+        outputs.push_back(std::move(a));
+      } else {
+        outputs = a.outputs();
+      }
+      node.shapes.reserve(outputs.size());
+      node.dtypes.reserve(outputs.size());
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        node.shapes.push_back(outputs[i].shape());
+        node.dtypes.push_back(outputs[i].dtype());
+        refs.insert(outputs[i].id(), Ref{index, static_cast<int32_t>(i)});
+      }
+      g.recipe.nodes.push_back(std::move(node));
+      g.arrays.push_back(std::move(outputs));
+    }
+  }
+  if (g.recipe.nodes.size() < min_nodes) {
+    return Walked::Small;
+  }
+  g.recipe.n_leaves = g.leaves.size();
+
+  // Outputs: the arrays asked for, and every array held from outside the graph. Inside it, an
+  // array is held once by `g.arrays`, once by each of its siblings, and once per use as an input
+  // (each output of a multi-output node keeps its own copy of the node's inputs).
+  for (const auto& outputs : g.arrays) {
+    for (const auto& out : outputs) {
+      refs.find(out.id())->inside += static_cast<long>(outputs.size());
+      for (const auto& in : out.inputs()) {
+        refs.find(in.id())->inside += 1;
+      }
+    }
+  }
+  std::vector<Ref> outputs;
+  for (const auto& root : roots) {
+    auto* slot = refs.find(root.id());
+    if (slot != nullptr && slot->ref.node >= 0) {
+      outputs.push_back(slot->ref);
+    }
+  }
+  for (size_t n = 0; n < g.arrays.size(); ++n) {
+    for (size_t i = 0; i < g.arrays[n].size(); ++i) {
+      const auto& a = g.arrays[n][i];
+      if (handles(a) > refs.find(a.id())->inside) {
+        outputs.push_back(Ref{static_cast<int32_t>(n), static_cast<int32_t>(i)});
+      }
+    }
+  }
+  std::sort(outputs.begin(), outputs.end(), [](const Ref& a, const Ref& b) {
+    return a.node != b.node ? a.node < b.node : a.index < b.index;
+  });
+  outputs.erase(std::unique(outputs.begin(), outputs.end()), outputs.end());
+  g.recipe.outputs = std::move(outputs);
+
+  // The structure's hash.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  mix(h, g.leaves.size());
+  for (const auto& leaf : g.leaves) {
+    mix(h, static_cast<uint64_t>(leaf.dtype().val()));
+    mix(h, leaf.ndim());
+    for (auto d : leaf.shape()) {
+      mix(h, static_cast<uint64_t>(d));
+    }
+  }
+  for (const auto& node : g.recipe.nodes) {
+    // The name is a string literal of the primitive's class: one address per class.
+    mix(h, reinterpret_cast<std::uintptr_t>(node.primitive->name()));
+    const auto& stream = node.primitive->stream();
+    mix(h, static_cast<uint64_t>(stream.index));
+    mix(h, static_cast<uint64_t>(stream.device.type));
+    mix(h, node.shapes.size());
+    for (size_t i = 0; i < node.shapes.size(); ++i) {
+      mix(h, static_cast<uint64_t>(node.dtypes[i].val()));
+      mix(h, node.shapes[i].size());
+      for (auto d : node.shapes[i]) {
+        mix(h, static_cast<uint64_t>(d));
+      }
+    }
+    mix(h, node.inputs.size());
+    for (const auto& r : node.inputs) {
+      mix(h, static_cast<uint64_t>(static_cast<uint32_t>(r.node)));
+      mix(h, static_cast<uint64_t>(r.index));
+    }
+  }
+  for (const auto& r : g.recipe.outputs) {
+    mix(h, static_cast<uint64_t>(r.node));
+    mix(h, static_cast<uint64_t>(r.index));
+  }
+  g.hash = h;
+  return Walked::Fusable;
+}
+
+// Whether `g` has exactly the structure of `recipe`, primitive parameters included.
+bool matches(const Graph& g, const Recipe& recipe) {
+  const auto& nodes = g.recipe.nodes;
+  if (nodes.size() != recipe.nodes.size() || g.leaves.size() != recipe.n_leaves ||
+      !(g.recipe.outputs == recipe.outputs)) {
+    return false;
+  }
+  // Leaf shapes and dtypes are in the hash, and MLX's compile cache checks them on each call.
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const auto& a = nodes[n];
+    const auto& b = recipe.nodes[n];
+    if (!(a.inputs == b.inputs) || a.shapes != b.shapes || a.dtypes != b.dtypes) {
+      return false;
+    }
+    const mx::Primitive& pa = *a.primitive;
+    const mx::Primitive& pb = *b.primitive;
+    if (typeid(pa) != typeid(pb) || std::strcmp(pa.name(), pb.name()) != 0 ||
+        a.primitive->stream() != b.primitive->stream() || !pa.is_equivalent(pb)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Builds the recorded graph again on `inputs` (the tracers of MLX's compile).
+std::vector<mx::array> replay(const Recipe& recipe, const std::vector<mx::array>& inputs) {
+  std::vector<std::vector<mx::array>> values;
+  values.reserve(recipe.nodes.size());
+  auto value = [&](const Ref& r) -> const mx::array& {
+    return r.node < 0 ? inputs[r.index] : values[r.node][r.index];
+  };
+  for (const auto& node : recipe.nodes) {
+    std::vector<mx::array> ins;
+    ins.reserve(node.inputs.size());
+    for (const auto& r : node.inputs) {
+      ins.push_back(value(r));
+    }
+    if (node.shapes.size() == 1) {
+      values.push_back({mx::array(node.shapes[0], node.dtypes[0], node.primitive, std::move(ins))});
+    } else {
+      values.push_back(mx::array::make_arrays(node.shapes, node.dtypes, node.primitive, ins));
+    }
+  }
+  std::vector<mx::array> outputs;
+  outputs.reserve(recipe.outputs.size());
+  for (const auto& r : recipe.outputs) {
+    outputs.push_back(value(r));
+  }
+  return outputs;
+}
+
+// Process-wide state. burn-mlx evaluates under one lock; this mutex keeps the pass safe anyway.
+// The table is never destroyed: at exit, MLX's own state may be gone before static destructors
+// would run, and the table holds MLX primitives.
+std::mutex state_mutex;
+// Sightings before a structure is compiled, by the device its graph runs on (0: never). On the
+// CPU the default is off: MLX builds each fused kernel with the system C++ compiler, and the
+// measured CPU training steps were not faster (BENCHMARKS.md).
+std::atomic<int> gpu_threshold{4};
+std::atomic<int> cpu_threshold{0};
+
+int threshold_for(const mx::array& a) {
+  return a.primitive().device() == mx::Device::cpu ? cpu_threshold.load() : gpu_threshold.load();
+}
+std::unordered_map<uint64_t, Entry>& entries = *new std::unordered_map<uint64_t, Entry>();
+uint64_t clock_ = 0;
+// Counters, read by `burn_mlx_fusion_stats`.
+std::atomic<uint64_t> stat_evals{0}, stat_fused{0}, stat_compiled{0}, stat_failed{0},
+    stat_nodes{0}, stat_fused_nodes{0}, stat_slower{0};
+
+// The primitives (not yet scheduled) that evaluating `roots` runs, each counted once.
+uint64_t count_pending(const std::vector<mx::array>& roots) {
+  std::unordered_map<std::uintptr_t, bool> seen;
+  std::vector<mx::array> stack(roots.begin(), roots.end());
+  uint64_t n = 0;
+  while (!stack.empty()) {
+    mx::array a = std::move(stack.back());
+    stack.pop_back();
+    if (is_leaf(a) || !seen.emplace(a.primitive_id(), true).second) {
+      continue;
+    }
+    n++;
+    for (const auto& in : a.inputs()) {
+      stack.push_back(in);
+    }
+  }
+  return n;
+}
+
+// Structures remembered (seen at least once) and compiled functions kept, at most.
+constexpr size_t max_seen = 4096;
+constexpr size_t max_compiled = 64;
+
+// Drops the least recently used compiled structures beyond `max_compiled`, and forgets the
+// structures seen but not compiled when there are too many.
+void trim() {
+  if (entries.size() > max_seen) {
+    for (auto it = entries.begin(); it != entries.end();) {
+      it = it->second.compiled ? std::next(it) : entries.erase(it);
+    }
+  }
+  size_t compiled = 0;
+  for (const auto& [_, e] : entries) {
+    compiled += e.compiled ? 1 : 0;
+  }
+  while (compiled > max_compiled) {
+    auto oldest = entries.end();
+    for (auto it = entries.begin(); it != entries.end(); ++it) {
+      if (it->second.compiled &&
+          (oldest == entries.end() || it->second.last_used < oldest->second.last_used)) {
+        oldest = it;
+      }
+    }
+    entries.erase(oldest);
+    compiled--;
+  }
+}
+
+using CompiledFn = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+
+// What to do with a graph: evaluate it plainly, or through `fn`, and whether to time it.
+struct Plan {
+  CompiledFn fn;
+  std::shared_ptr<const Recipe> recipe;
+  // Time this evaluation for the structure's plain or compiled record.
+  bool measure = false;
+  // The structure had not been seen before.
+  bool new_structure = false;
+};
+
+// Back-off for programs whose graphs never recur (an eager decode loop whose cache grows builds
+// a new structure for every token): after `miss_limit` new structures in a row, the next
+// evaluations skip the walk, for `skip_len` of them; each further run of misses doubles that,
+// up to `max_skip`; a structure seen again resets it.
+constexpr int miss_limit = 8;
+constexpr int min_skip = 16;
+constexpr int max_skip = 256;
+int misses = 0;
+int skip_len = min_skip;
+int skip_left = 0;
+
+// Whether this evaluation skips the pass (under `state_mutex`).
+bool skipping() {
+  if (skip_left > 0) {
+    skip_left--;
+    return true;
+  }
+  return false;
+}
+
+// Counts a run of new structures, and starts skipping when it is long enough.
+void note_structure(bool is_new) {
+  if (!is_new) {
+    misses = 0;
+    skip_len = min_skip;
+    return;
+  }
+  if (++misses >= miss_limit) {
+    misses = 0;
+    skip_left = skip_len;
+    skip_len = std::min(skip_len * 2, max_skip);
+  }
+}
+
+// The plan for `g`: its structure's compiled function once it has been seen `threshold` times
+// (compiled now if needed), unless compiling failed or the compiled graph was measured slower.
+Plan plan_for(Graph& g) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  auto& e = entries[g.hash];
+  e.seen++;
+  e.last_used = ++clock_;
+  note_structure(e.seen == 1);
+  if (debug()) {
+    std::fprintf(
+        stderr,
+        "burn-mlx fusion: %zu nodes, %zu inputs, %zu outputs, structure %016llx seen %llu%s\n",
+        g.recipe.nodes.size(),
+        g.leaves.size(),
+        g.recipe.outputs.size(),
+        static_cast<unsigned long long>(g.hash),
+        static_cast<unsigned long long>(e.seen),
+        e.failed ? " (failed)" : e.slower ? " (slower compiled)" : e.compiled ? " (compiled)" : "");
+  }
+  if (e.failed || e.slower) {
+    return {};
+  }
+  if (e.compiled) {
+    if (!matches(g, *e.recipe)) {
+      return {};
+    }
+    return {e.compiled, e.recipe, e.fused_samples <= fused_trials};
+  }
+  if (e.seen < static_cast<uint64_t>(g.threshold)) {
+    if (entries.size() > max_seen) {
+      trim();
+    }
+    // The first sighting pays one-time costs (allocations, library set-up): not timed.
+    return {nullptr, nullptr, e.seen > 1};
+  }
+  auto recipe = std::make_shared<const Recipe>(std::move(g.recipe));
+  e.recipe = recipe;
+  e.compiled = mx::compile(
+      [recipe](const std::vector<mx::array>& inputs) { return replay(*recipe, inputs); });
+  auto fn = e.compiled;
+  stat_compiled++;
+  trim();
+  return {fn, recipe, true};
+}
+
+// Records how long an evaluation of structure `hash` took, and once the compiled graph has been
+// timed `fused_trials` times, keeps it only if its best time beats the best plain one.
+void record(uint64_t hash, bool fused, double secs) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  auto it = entries.find(hash);
+  if (it == entries.end()) {
+    return;
+  }
+  Entry& e = it->second;
+  if (!fused) {
+    e.plain_best = std::min(e.plain_best, secs);
+    return;
+  }
+  // The first compiled evaluation builds the kernels: not a measure of the steady state.
+  if (e.fused_samples++ > 0) {
+    e.fused_best = std::min(e.fused_best, secs);
+  }
+  if (e.fused_samples > fused_trials && e.plain_best < 1e30) {
+    bool keep = e.fused_best < e.plain_best;
+    if (debug()) {
+      std::fprintf(
+          stderr,
+          "burn-mlx fusion: structure %016llx best plain %.1f us, best compiled %.1f us: %s\n",
+          static_cast<unsigned long long>(hash),
+          e.plain_best * 1e6,
+          e.fused_best * 1e6,
+          keep ? "kept" : "dropped");
+    }
+    if (!keep) {
+      e.slower = true;
+      e.compiled = nullptr;
+      e.recipe = nullptr;
+      stat_slower++;
+    }
+  }
+}
+
+void mark_failed(uint64_t hash) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  auto it = entries.find(hash);
+  if (it != entries.end()) {
+    it->second.failed = true;
+    it->second.compiled = nullptr;
+  }
+  stat_failed++;
+}
+
+void plain(const std::vector<mx::array>& arrays, bool wait) {
+  if (wait) {
+    mx::eval(arrays);
+  } else {
+    mx::async_eval(arrays);
+  }
+}
+
+void write_error(char* err, size_t err_len, const char* what) {
+  if (err != nullptr && err_len > 0) {
+    std::snprintf(err, err_len, "%s", what);
+  }
+}
+
+} // namespace
+
+// Evaluates `arrays` (waiting for them when `wait`, otherwise as MLX's `async_eval`), through a
+// compiled function when their graph's structure recurs (see the top of this file). Returns 0,
+// or 1 with MLX's message in `err`.
+extern "C" int burn_mlx_eval(
+    const mlx_array* arrays,
+    size_t n,
+    bool wait,
+    char* err,
+    size_t err_len) {
+  try {
+    std::vector<mx::array> roots;
+    roots.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      roots.push_back(mlx_array_get_(arrays[i]));
+    }
+    stat_evals++;
+    auto start = std::chrono::steady_clock::now();
+    auto since = [&start] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    Graph g;
+    for (const auto& root : roots) {
+      if (!is_leaf(root)) {
+        g.threshold = threshold_for(root);
+        break;
+      }
+    }
+    bool skip;
+    {
+      std::lock_guard<std::mutex> lock(state_mutex);
+      skip = g.threshold <= 0 || skipping();
+    }
+    Walked walked = skip ? Walked::Small : walk(roots, g);
+    if (walked != Walked::Fusable) {
+      if (walked == Walked::Unfusable) {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        note_structure(true);
+      }
+      g = Graph{};
+      plain(roots, wait);
+      return 0;
+    }
+    auto plan = plan_for(g);
+    if (!plan.fn) {
+      g.arrays.clear();
+      plain(roots, wait);
+      if (plan.measure) {
+        record(g.hash, false, since());
+      }
+      return 0;
+    }
+    std::vector<mx::array> results;
+    try {
+      results = plan.fn(g.leaves);
+      if (results.size() != plan.recipe->outputs.size()) {
+        throw std::runtime_error("the compiled graph returned a different number of outputs");
+      }
+    } catch (const std::exception& e) {
+      if (debug()) {
+        std::fprintf(stderr, "burn-mlx fusion: compiling failed: %s\n", e.what());
+      }
+      // Nothing was changed yet: evaluate the original graph, and never compile this again.
+      mark_failed(g.hash);
+      g.arrays.clear();
+      plain(roots, wait);
+      return 0;
+    }
+    // Each output array of the original graph becomes a copy (a buffer share, no kernel) of the
+    // compiled graph's matching output; the rest of the original graph is then held by nothing.
+    std::vector<mx::array> targets;
+    targets.reserve(results.size());
+    for (size_t k = 0; k < results.size(); ++k) {
+      const Ref& r = plan.recipe->outputs[k];
+      mx::array original = g.arrays[r.node][r.index];
+      mx::array copy = mx::copy(results[k], original.primitive().stream());
+      original.primitive_ptr() = copy.primitive_ptr();
+      original.inputs() = copy.inputs();
+      original.set_siblings({}, 0);
+      targets.push_back(std::move(original));
+    }
+    results.clear();
+    g.arrays.clear();
+    stat_fused++;
+    stat_nodes += plan.recipe->nodes.size();
+    stat_fused_nodes += count_pending(targets);
+    plain(targets, wait);
+    if (plan.measure) {
+      record(g.hash, true, since());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    write_error(err, err_len, e.what());
+    return 1;
+  }
+}
+
+// Sets how many times a graph structure must be seen before it is compiled, for graphs on the
+// GPU (`gpu` true) or the CPU (0: never, plain evaluation only). Compiled structures are kept.
+extern "C" void burn_mlx_fusion_set_threshold(bool gpu, int n) {
+  (gpu ? gpu_threshold : cpu_threshold).store(n < 0 ? 0 : n);
+}
+
+// The current threshold for the GPU (`gpu` true) or the CPU.
+extern "C" int burn_mlx_fusion_threshold(bool gpu) {
+  return (gpu ? gpu_threshold : cpu_threshold).load();
+}
+
+// The pass's counters: evaluations, evaluations through a compiled graph, structures compiled,
+// structures whose compilation failed, primitives of the original graphs that ran through
+// compiled graphs, the primitives of the compiled graphs that replaced them, and structures
+// whose compiled graph was measured slower than the plain one (and dropped).
+extern "C" void burn_mlx_fusion_stats(uint64_t* out) {
+  out[5] = stat_fused_nodes.load();
+  out[6] = stat_slower.load();
+  out[0] = stat_evals.load();
+  out[1] = stat_fused.load();
+  out[2] = stat_compiled.load();
+  out[3] = stat_failed.load();
+  out[4] = stat_nodes.load();
+}
+
+// Forgets every structure and compiled function.
+extern "C" void burn_mlx_fusion_clear() {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  entries.clear();
+  misses = 0;
+  skip_len = min_skip;
+  skip_left = 0;
+}

@@ -1,0 +1,178 @@
+//! Automatic fusion: graphs that recur are evaluated through MLX's `compile`, with no change to
+//! user code.
+//!
+//! Burn code builds the same MLX graph again each time a training step or an inference call
+//! runs: the same primitives, shapes and dtypes, wired the same way. Every evaluation burn-mlx
+//! performs (a data read, [`MlxTensor::eval`](crate::MlxTensor::eval),
+//! [`fast::start_eval`](crate::fast::start_eval)) goes through a pass in burn-mlx's native layer
+//! (`mlx-sys/fusion.cpp`) that walks the pending graph, hashes its structure and counts how often
+//! it has been seen. When a structure has been seen [`threshold`] times (4 by default), the pass
+//! records it (primitives and wiring, no data) and gives MLX's `compile` a function that replays
+//! it; MLX fuses its elementwise chains into single kernels and merges repeated subexpressions.
+//! From then on, each graph of that structure (checked node by node, primitive parameters
+//! included) is evaluated through the compiled function. The arrays the program still holds
+//! (parameters, optimizer state, activations kept for the backward pass) stay outputs, so they
+//! are materialized as a plain evaluation would.
+//!
+//! Fusion is not always faster: MLX's fused kernels cost host time per launch too, which is
+//! what a GPU step is often bound by. So each structure is measured: its plain evaluations
+//! before compiling (all but the first) and its first compiled ones (all but the first, which
+//! builds the kernels) are timed, and the compiled graph is kept only if it was faster
+//! ([`FusionStats::slower`] counts those dropped).
+//!
+//! One-off graphs cost one walk of the graph; graphs whose shapes change every time (an eager
+//! decode loop whose cache grows) are never compiled.
+//!
+//! The pass is on for GPU graphs and off for CPU graphs by default: on MLX's CPU each fused
+//! kernel is built with the system C++ compiler the first time (then cached under the temporary
+//! directory), and the CPU training steps measured were not faster with it (BENCHMARKS.md). MLX
+//! skips compilation when there is no compiler, and evaluation is then plain.
+//!
+//! Control it with the `BURN_MLX_FUSION` environment variable (read once, at the first
+//! evaluation): `gpu` (the default), `on` (GPU and CPU), `off` or `0`, or a number `n` (both
+//! devices, compiling a structure at its `n`-th sighting); or call [`set_threshold`] at run
+//! time. [`stats`] says what the pass did.
+
+use crate::{MlxDevice, MlxError};
+use mlx_rs::Array;
+use std::sync::Once;
+
+/// What the fusion pass has done in this process (see [`stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FusionStats {
+    /// Evaluations that went through the pass.
+    pub evaluations: u64,
+    /// Evaluations that ran through a compiled graph.
+    pub fused: u64,
+    /// Graph structures compiled.
+    pub compiled: u64,
+    /// Structures whose compilation failed (they are evaluated plainly from then on).
+    pub failed: u64,
+    /// Primitives of the original graphs that ran through compiled graphs.
+    pub primitives: u64,
+    /// Primitives of the compiled graphs that replaced them (fused kernels, matmuls, the
+    /// buffer-sharing copies of the outputs), summed over the fused evaluations.
+    pub fused_primitives: u64,
+    /// Structures whose compiled graph was measured slower than their plain evaluation, and
+    /// dropped (they are evaluated plainly from then on).
+    pub slower: u64,
+}
+
+/// The pass's counters so far.
+pub fn stats() -> FusionStats {
+    let mut out = [0u64; 7];
+    // SAFETY: the function writes exactly 7 counters.
+    unsafe { mlx_sys::burn_mlx_fusion_stats(out.as_mut_ptr()) };
+    FusionStats {
+        evaluations: out[0],
+        fused: out[1],
+        compiled: out[2],
+        failed: out[3],
+        primitives: out[4],
+        fused_primitives: out[5],
+        slower: out[6],
+    }
+}
+
+/// Compiles a graph structure at its `n`-th sighting, for graphs on `device`; `0` turns the
+/// pass off there (plain MLX evaluation). Overrides `BURN_MLX_FUSION`.
+pub fn set_threshold(device: MlxDevice, n: u32) {
+    configure();
+    // SAFETY: plain store of a setting.
+    unsafe {
+        mlx_sys::burn_mlx_fusion_set_threshold(
+            device == MlxDevice::Gpu,
+            n.min(i32::MAX as u32) as i32,
+        )
+    };
+}
+
+/// The sightings after which a structure on `device` is compiled (`0`: the pass is off there).
+pub fn threshold(device: MlxDevice) -> u32 {
+    configure();
+    // SAFETY: plain load of a setting.
+    unsafe { mlx_sys::burn_mlx_fusion_threshold(device == MlxDevice::Gpu) }.max(0) as u32
+}
+
+/// Forgets every recorded structure and compiled function (their memory is released).
+pub fn clear() {
+    // SAFETY: takes the pass's own lock.
+    unsafe { mlx_sys::burn_mlx_fusion_clear() };
+}
+
+/// The thresholds (GPU, CPU) a `BURN_MLX_FUSION` value asks for.
+fn parse_threshold(v: &str) -> Result<(u32, u32), String> {
+    match v.trim() {
+        "off" | "0" => Ok((0, 0)),
+        "gpu" | "" => Ok((DEFAULT_THRESHOLD, 0)),
+        "on" => Ok((DEFAULT_THRESHOLD, DEFAULT_THRESHOLD)),
+        n => n.parse::<u32>().map(|n| (n, n)).map_err(|_| {
+            format!("BURN_MLX_FUSION={v:?}: expected `off`, `gpu`, `on` or a number of sightings")
+        }),
+    }
+}
+
+/// The default number of sightings before a structure is compiled on the GPU: the first is not
+/// timed (one-time costs), the second and third give the plain time the compiled graph has to
+/// beat.
+pub const DEFAULT_THRESHOLD: u32 = 4;
+
+/// Reads `BURN_MLX_FUSION` once.
+fn configure() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let Ok(value) = std::env::var("BURN_MLX_FUSION") else {
+            return;
+        };
+        match parse_threshold(&value) {
+            // SAFETY: plain stores of settings.
+            Ok((gpu, cpu)) => unsafe {
+                mlx_sys::burn_mlx_fusion_set_threshold(true, gpu.min(i32::MAX as u32) as i32);
+                mlx_sys::burn_mlx_fusion_set_threshold(false, cpu.min(i32::MAX as u32) as i32);
+            },
+            Err(message) => eprintln!("burn-mlx: {message}; keeping the default"),
+        }
+    });
+}
+
+/// Evaluates `arrays` through the pass: waits for them when `wait`, otherwise starts them
+/// (MLX's `async_eval`). Callers hold burn-mlx's evaluation lock.
+pub(crate) fn eval(op: &str, arrays: &[&Array], wait: bool) -> Result<(), MlxError> {
+    configure();
+    let handles: Vec<mlx_sys::mlx_array> = arrays.iter().map(|a| a.as_ptr()).collect();
+    let mut err = [0 as std::os::raw::c_char; 1024];
+    // SAFETY: the handles are live for the call (borrowed from `arrays`); `err` is a writable
+    // buffer of the given length, NUL-terminated by the callee on error.
+    let rc = unsafe {
+        mlx_sys::burn_mlx_eval(
+            handles.as_ptr(),
+            handles.len(),
+            wait,
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    // SAFETY: on failure the callee wrote a NUL-terminated message into `err`.
+    let message = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) };
+    Err(MlxError::mlx(op, message.to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_environment_variable() {
+        assert_eq!(parse_threshold("off"), Ok((0, 0)));
+        assert_eq!(parse_threshold("0"), Ok((0, 0)));
+        assert_eq!(parse_threshold("gpu"), Ok((4, 0)));
+        assert_eq!(parse_threshold("on"), Ok((4, 4)));
+        assert_eq!(parse_threshold(" 3 "), Ok((3, 3)));
+        assert!(parse_threshold("always")
+            .unwrap_err()
+            .contains("BURN_MLX_FUSION"));
+    }
+}

@@ -1,0 +1,221 @@
+//! Automatic fusion (`burn_mlx::fusion`): recurring graphs evaluated through MLX's `compile` give
+//! the same values as plain evaluation, arrays the program still holds keep their values, and
+//! structures that differ only in a primitive's parameters are told apart.
+//!
+//! The pass is off for CPU graphs by default; these tests turn it on for the CPU (MLX builds the
+//! fused CPU kernels with the system C++ compiler, once, and caches them under the temporary
+//! directory). The pass's state is process-wide, so the tests take turns.
+
+extern crate burn_core as burn;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Distribution, Tensor, TensorData, Tolerance};
+use burn_autodiff::Autodiff;
+use burn_mlx::fusion::{self, FusionStats};
+use burn_mlx::{Mlx, MlxDevice};
+use burn_nn::{Linear, LinearConfig, Relu};
+use burn_optim::{AdamConfig, GradientsParams, Optimizer};
+use std::sync::{Mutex, MutexGuard};
+
+type Ad = Autodiff<Mlx>;
+
+/// One test at a time: thresholds and counters are process-wide.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    fusion::clear();
+    guard
+}
+
+/// The counters gained since `before`.
+fn since(before: FusionStats) -> FusionStats {
+    let now = fusion::stats();
+    FusionStats {
+        evaluations: now.evaluations - before.evaluations,
+        fused: now.fused - before.fused,
+        compiled: now.compiled - before.compiled,
+        failed: now.failed - before.failed,
+        primitives: now.primitives - before.primitives,
+        fused_primitives: now.fused_primitives - before.fused_primitives,
+        slower: now.slower - before.slower,
+    }
+}
+
+#[derive(Module, Debug)]
+struct Mlp<B: burn::tensor::backend::Backend> {
+    l1: Linear<B>,
+    l2: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: burn::tensor::backend::Backend> Mlp<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.l2.forward(self.relu.forward(self.l1.forward(x)))
+    }
+}
+
+/// Collects a module's float parameters as host data.
+struct Values(Vec<TensorData>);
+
+impl ModuleVisitor<Ad> for Values {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Ad, D>>) {
+        self.0.push(param.val().into_data());
+    }
+}
+
+/// Trains a copy of `model` for `steps` Adam steps with the pass compiling structures at their
+/// `threshold`-th sighting (0: off); returns the losses and the final parameters.
+fn train(model: &Mlp<Ad>, threshold: u32, steps: usize) -> (Vec<f32>, Vec<TensorData>) {
+    let device = MlxDevice::Cpu;
+    fusion::set_threshold(device, threshold);
+    let x = Tensor::<Ad, 2>::from_data(
+        TensorData::new(
+            (0..32).map(|i| ((i * 7 % 11) as f32) / 11.0).collect(),
+            [4, 8],
+        ),
+        &device,
+    );
+    let y = Tensor::<Ad, 2>::from_data(
+        TensorData::new(
+            (0..16).map(|i| ((i * 5 % 3) as f32) - 1.0).collect(),
+            [4, 4],
+        ),
+        &device,
+    );
+    let mut model = model.clone();
+    let mut optim = AdamConfig::new().init::<Ad, Mlp<Ad>>();
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let loss = (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(1e-2, model, grads);
+        losses.push(loss.into_scalar());
+    }
+    let mut values = Values(Vec::new());
+    model.visit(&mut values);
+    fusion::set_threshold(device, 0);
+    (losses, values.0)
+}
+
+#[test]
+fn a_recurring_training_step_runs_fused_and_matches_plain_evaluation() {
+    let _turn = exclusive();
+    let device = MlxDevice::Cpu;
+    let model = Mlp::<Ad> {
+        l1: LinearConfig::new(8, 16).init(&device),
+        l2: LinearConfig::new(16, 4).init(&device),
+        relu: Relu::new(),
+    };
+    // Parameters are initialized lazily: initialize them once, so that both runs start alike.
+    model.visit(&mut Values(Vec::new()));
+    let (plain_losses, plain_params) = train(&model, 0, 8);
+    let before = fusion::stats();
+    let (fused_losses, fused_params) = train(&model, 2, 8);
+    let gained = since(before);
+    assert!(
+        gained.fused >= 4,
+        "the step should run through a compiled graph from its second sighting on: {gained:?}"
+    );
+    assert_eq!(gained.failed, 0, "{gained:?}");
+    assert!(
+        gained.fused_primitives < gained.primitives,
+        "compiled graphs should have fewer primitives: {gained:?}"
+    );
+    for (step, (a, b)) in plain_losses.iter().zip(&fused_losses).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "loss at step {step}: plain {a}, fused {b}"
+        );
+    }
+    for (a, b) in plain_params.iter().zip(&fused_params) {
+        a.assert_approx_eq::<f32>(b, Tolerance::absolute(1e-5));
+    }
+}
+
+/// A chain of 20 elementwise ops (enough primitives for the pass), keeping its midpoint.
+fn chain(x: Tensor<Mlx, 2>) -> (Tensor<Mlx, 2>, Tensor<Mlx, 2>) {
+    let mut mid = x;
+    for i in 0..10 {
+        mid = mid * 0.5 + (i as f32) * 0.1;
+    }
+    let mut out = mid.clone();
+    for _ in 0..10 {
+        out = (out.clone() * out).sqrt() + 1.0;
+    }
+    (mid, out)
+}
+
+#[test]
+fn arrays_held_by_the_program_keep_their_values() {
+    let _turn = exclusive();
+    let device = MlxDevice::Cpu;
+    fusion::set_threshold(device, 1);
+    let before = fusion::stats();
+    for round in 0..3 {
+        let x = Tensor::<Mlx, 2>::random([3, 5], Distribution::Default, &device);
+        let host: Vec<f32> = x.to_data().to_vec().unwrap();
+        let (mid, out) = chain(x);
+        // Reading `out` evaluates a graph whose midpoint `mid` is still held here.
+        let out: Vec<f32> = out.into_data().to_vec().unwrap();
+        let mid: Vec<f32> = mid.into_data().to_vec().unwrap();
+        for (i, &v) in host.iter().enumerate() {
+            let mut m = v;
+            for k in 0..10 {
+                m = m * 0.5 + (k as f32) * 0.1;
+            }
+            let mut o = m;
+            for _ in 0..10 {
+                o = (o * o).sqrt() + 1.0;
+            }
+            assert!(
+                (mid[i] - m).abs() < 1e-5,
+                "round {round}: mid {} vs {m}",
+                mid[i]
+            );
+            assert!(
+                (out[i] - o).abs() < 1e-4,
+                "round {round}: out {} vs {o}",
+                out[i]
+            );
+        }
+    }
+    let gained = since(before);
+    fusion::set_threshold(device, 0);
+    assert!(gained.fused >= 3, "{gained:?}");
+}
+
+#[test]
+fn graphs_that_differ_only_in_parameters_are_told_apart() {
+    let _turn = exclusive();
+    let device = MlxDevice::Cpu;
+    fusion::set_threshold(device, 1);
+    let data: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let before = fusion::stats();
+    for round in 0..4 {
+        // The same primitives, shapes and wiring; only the scanned axis differs.
+        let axis = round % 2;
+        let x = Tensor::<Mlx, 2>::from_data(TensorData::new(data.clone(), [4, 4]), &device);
+        let mut y = x;
+        for _ in 0..8 {
+            y = y * 1.0 + 0.0;
+        }
+        let sums: Vec<f32> = y.cumsum(axis).into_data().to_vec().unwrap();
+        let expected: Vec<f32> = (0..16)
+            .map(|i| {
+                let (r, c) = (i / 4, i % 4);
+                (0..=if axis == 0 { r } else { c })
+                    .map(|k| {
+                        if axis == 0 {
+                            data[k * 4 + c]
+                        } else {
+                            data[r * 4 + k]
+                        }
+                    })
+                    .sum()
+            })
+            .collect();
+        assert_eq!(sums, expected, "round {round}, axis {axis}");
+    }
+    fusion::set_threshold(device, 0);
+    assert!(since(before).fused >= 2);
+}
