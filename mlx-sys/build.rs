@@ -271,6 +271,15 @@ mod macos {
             .define("MLX_BUILD_ACCELERATE", on_off(accelerate))
             .define("CMAKE_INSTALL_PREFIX", ".")
             .build();
+        // burn-mlx's automatic fusion pass (fusion.cpp), against the MLX sources CMake fetched
+        // (not built on a Mac by this project's CI; the Linux build compiles the same file).
+        cc::Build::new()
+            .cpp(true)
+            .std("c++20")
+            .include(mlx_c)
+            .include(dst.join("build/_deps/mlx-src"))
+            .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fusion.cpp"))
+            .compile("burn_mlx_fusion");
         println!("cargo:rustc-link-search=native={}/build/lib", dst.display());
         println!(
             "cargo:rustc-link-search=native={}/build/_deps/mlx-build",

@@ -43,6 +43,7 @@
 #include <string>
 #include <typeinfo>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "mlx/c/array.h"
@@ -88,6 +89,8 @@ struct Graph {
   uint64_t hash = 0;
   // Sightings before this graph's structure is compiled (from its device).
   int threshold = 0;
+  // A cheap summary of the roots and their inputs (see `fingerprint`).
+  uint64_t fingerprint = 0;
 };
 
 // A structure seen before: how often, and once compiled, its recipe and compiled function.
@@ -107,7 +110,7 @@ struct Entry {
 
 // Compiled evaluations timed (after the first, which includes building the kernels) before a
 // structure's compiled graph is kept or dropped.
-constexpr int fused_trials = 3;
+constexpr int fused_trials = 5;
 
 // Graphs with fewer primitives are evaluated plainly and do not count for the back-off: there is
 // little to fuse, and they are often the reads between the steps of a loop.
@@ -219,6 +222,39 @@ class IdTable {
   std::vector<Slot> slots_;
   size_t size_ = 0;
 };
+
+// A summary of the graph's top: the arrays asked for and their inputs (primitive names, shapes,
+// dtypes). Graphs whose structure the pass gave up on (measured slower, failed to compile, or
+// unfusable) mark their fingerprint, and later graphs with that fingerprint skip the walk: the
+// walk costs about a microsecond per primitive, which a step that is not fused should not pay.
+uint64_t fingerprint(const std::vector<mx::array>& roots) {
+  uint64_t h = 0x84222325cbf29ce4ULL;
+  auto name = [&h](const mx::array& a) {
+    if (is_leaf(a)) {
+      mix(h, 1);
+      return;
+    }
+    // By content: `Compiled` primitives build their name per instance.
+    const char* n = a.primitive().name();
+    for (size_t i = 0; i < 24 && n[i] != '\0'; ++i) {
+      mix(h, static_cast<uint64_t>(n[i]));
+    }
+  };
+  for (const auto& root : roots) {
+    name(root);
+    mix(h, static_cast<uint64_t>(root.dtype().val()));
+    for (auto d : root.shape()) {
+      mix(h, static_cast<uint64_t>(d));
+    }
+    for (const auto& in : root.inputs()) {
+      name(in);
+      for (auto d : in.shape()) {
+        mix(h, static_cast<uint64_t>(d));
+      }
+    }
+  }
+  return h;
+}
 
 // What a walk found.
 enum class Walked {
@@ -434,7 +470,7 @@ std::mutex state_mutex;
 // Sightings before a structure is compiled, by the device its graph runs on (0: never). On the
 // CPU the default is off: MLX builds each fused kernel with the system C++ compiler, and the
 // measured CPU training steps were not faster (BENCHMARKS.md).
-std::atomic<int> gpu_threshold{4};
+std::atomic<int> gpu_threshold{5};
 std::atomic<int> cpu_threshold{0};
 
 int threshold_for(const mx::array& a) {
@@ -442,6 +478,15 @@ int threshold_for(const mx::array& a) {
 }
 std::unordered_map<uint64_t, Entry>& entries = *new std::unordered_map<uint64_t, Entry>();
 uint64_t clock_ = 0;
+// Fingerprints of graphs the pass gave up on (see `fingerprint`); forgotten when too many.
+std::unordered_set<uint64_t>& given_up = *new std::unordered_set<uint64_t>();
+
+void give_up(uint64_t fp) {
+  if (given_up.size() > 4096) {
+    given_up.clear();
+  }
+  given_up.insert(fp);
+}
 // Counters, read by `burn_mlx_fusion_stats`.
 std::atomic<uint64_t> stat_evals{0}, stat_fused{0}, stat_compiled{0}, stat_failed{0},
     stat_nodes{0}, stat_fused_nodes{0}, stat_slower{0};
@@ -587,7 +632,7 @@ Plan plan_for(Graph& g) {
 
 // Records how long an evaluation of structure `hash` took, and once the compiled graph has been
 // timed `fused_trials` times, keeps it only if its best time beats the best plain one.
-void record(uint64_t hash, bool fused, double secs) {
+void record(uint64_t hash, uint64_t fp, bool fused, double secs) {
   std::lock_guard<std::mutex> lock(state_mutex);
   auto it = entries.find(hash);
   if (it == entries.end()) {
@@ -617,13 +662,15 @@ void record(uint64_t hash, bool fused, double secs) {
       e.slower = true;
       e.compiled = nullptr;
       e.recipe = nullptr;
+      give_up(fp);
       stat_slower++;
     }
   }
 }
 
-void mark_failed(uint64_t hash) {
+void mark_failed(uint64_t hash, uint64_t fp) {
   std::lock_guard<std::mutex> lock(state_mutex);
+  give_up(fp);
   auto it = entries.find(hash);
   if (it != entries.end()) {
     it->second.failed = true;
@@ -675,16 +722,18 @@ extern "C" int burn_mlx_eval(
         break;
       }
     }
-    bool skip;
-    {
+    bool skip = g.threshold <= 0;
+    if (!skip) {
+      g.fingerprint = fingerprint(roots);
       std::lock_guard<std::mutex> lock(state_mutex);
-      skip = g.threshold <= 0 || skipping();
+      skip = given_up.count(g.fingerprint) != 0 || skipping();
     }
     Walked walked = skip ? Walked::Small : walk(roots, g);
     if (walked != Walked::Fusable) {
       if (walked == Walked::Unfusable) {
         std::lock_guard<std::mutex> lock(state_mutex);
         note_structure(true);
+        give_up(g.fingerprint);
       }
       g = Graph{};
       plain(roots, wait);
@@ -695,7 +744,7 @@ extern "C" int burn_mlx_eval(
       g.arrays.clear();
       plain(roots, wait);
       if (plan.measure) {
-        record(g.hash, false, since());
+        record(g.hash, g.fingerprint, false, since());
       }
       return 0;
     }
@@ -710,7 +759,7 @@ extern "C" int burn_mlx_eval(
         std::fprintf(stderr, "burn-mlx fusion: compiling failed: %s\n", e.what());
       }
       // Nothing was changed yet: evaluate the original graph, and never compile this again.
-      mark_failed(g.hash);
+      mark_failed(g.hash, g.fingerprint);
       g.arrays.clear();
       plain(roots, wait);
       return 0;
@@ -735,7 +784,7 @@ extern "C" int burn_mlx_eval(
     stat_fused_nodes += count_pending(targets);
     plain(targets, wait);
     if (plan.measure) {
-      record(g.hash, true, since());
+      record(g.hash, g.fingerprint, true, since());
     }
     return 0;
   } catch (const std::exception& e) {
@@ -773,6 +822,7 @@ extern "C" void burn_mlx_fusion_stats(uint64_t* out) {
 extern "C" void burn_mlx_fusion_clear() {
   std::lock_guard<std::mutex> lock(state_mutex);
   entries.clear();
+  given_up.clear();
   misses = 0;
   skip_len = min_skip;
   skip_left = 0;

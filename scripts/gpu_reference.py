@@ -194,8 +194,9 @@ def main():
     for line in burn:
         if line["workload"] in steps:
             ref = steps[line["workload"]]
+            label = line["workload"] + ("" if line["impl"] == "burn-mlx" else f" ({line['impl']})")
             rows.append(
-                f"| {line['workload']} | {line['secs'] * 1e3:.3f} ms | {ref * 1e3:.3f} ms "
+                f"| {label} | {line['secs'] * 1e3:.3f} ms | {ref * 1e3:.3f} ms "
                 f"| PyTorch {torch_version} eager | **{ref / line['secs']:.2f}x** "
                 f"(PyTorch time / Burn+Mlx time) |"
             )

@@ -6,7 +6,7 @@
 //! performs (a data read, [`MlxTensor::eval`](crate::MlxTensor::eval),
 //! [`fast::start_eval`](crate::fast::start_eval)) goes through a pass in burn-mlx's native layer
 //! (`mlx-sys/fusion.cpp`) that walks the pending graph, hashes its structure and counts how often
-//! it has been seen. When a structure has been seen [`threshold`] times (4 by default), the pass
+//! it has been seen. When a structure has been seen [`threshold`] times (5 by default), the pass
 //! records it (primitives and wiring, no data) and gives MLX's `compile` a function that replays
 //! it; MLX fuses its elementwise chains into single kernels and merges repeated subexpressions.
 //! From then on, each graph of that structure (checked node by node, primitive parameters
@@ -113,9 +113,8 @@ fn parse_threshold(v: &str) -> Result<(u32, u32), String> {
 }
 
 /// The default number of sightings before a structure is compiled on the GPU: the first is not
-/// timed (one-time costs), the second and third give the plain time the compiled graph has to
-/// beat.
-pub const DEFAULT_THRESHOLD: u32 = 4;
+/// timed (one-time costs), the next three give the plain time the compiled graph has to beat.
+pub const DEFAULT_THRESHOLD: u32 = 5;
 
 /// Reads `BURN_MLX_FUSION` once.
 fn configure() {
@@ -168,8 +167,8 @@ mod tests {
     fn parses_the_environment_variable() {
         assert_eq!(parse_threshold("off"), Ok((0, 0)));
         assert_eq!(parse_threshold("0"), Ok((0, 0)));
-        assert_eq!(parse_threshold("gpu"), Ok((4, 0)));
-        assert_eq!(parse_threshold("on"), Ok((4, 4)));
+        assert_eq!(parse_threshold("gpu"), Ok((5, 0)));
+        assert_eq!(parse_threshold("on"), Ok((5, 5)));
         assert_eq!(parse_threshold(" 3 "), Ok((3, 3)));
         assert!(parse_threshold("always")
             .unwrap_err()
