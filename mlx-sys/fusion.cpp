@@ -106,6 +106,8 @@ struct Entry {
   double plain_best = 1e30;
   double fused_best = 1e30;
   int fused_samples = 0;
+  // Primitives of the compiled graph (counted once, for the statistics).
+  uint64_t fused_nodes = 0;
 };
 
 // Compiled evaluations timed (after the first, which includes building the kernels) before a
@@ -547,8 +549,8 @@ struct Plan {
   std::shared_ptr<const Recipe> recipe;
   // Time this evaluation for the structure's plain or compiled record.
   bool measure = false;
-  // The structure had not been seen before.
-  bool new_structure = false;
+  // The primitives of the compiled graph, once counted (0: not yet).
+  uint64_t fused_nodes = 0;
 };
 
 // Back-off for programs whose graphs never recur (an eager decode loop whose cache grows builds
@@ -611,7 +613,7 @@ Plan plan_for(Graph& g) {
     if (!matches(g, *e.recipe)) {
       return {};
     }
-    return {e.compiled, e.recipe, e.fused_samples <= fused_trials};
+    return {e.compiled, e.recipe, e.fused_samples <= fused_trials, e.fused_nodes};
   }
   if (e.seen < static_cast<uint64_t>(g.threshold)) {
     if (entries.size() > max_seen) {
@@ -627,7 +629,16 @@ Plan plan_for(Graph& g) {
   auto fn = e.compiled;
   stat_compiled++;
   trim();
-  return {fn, recipe, true};
+  return {fn, recipe, true, 0};
+}
+
+// Remembers how many primitives the compiled graph of structure `hash` has.
+void set_fused_nodes(uint64_t hash, uint64_t n) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  auto it = entries.find(hash);
+  if (it != entries.end()) {
+    it->second.fused_nodes = n;
+  }
 }
 
 // Records how long an evaluation of structure `hash` took, and once the compiled graph has been
@@ -741,6 +752,9 @@ extern "C" int burn_mlx_eval(
     }
     auto plan = plan_for(g);
     if (!plan.fn) {
+      // Drop the walk's handles first, so that MLX may reuse the buffers of arrays that only
+      // the graph holds.
+      g.leaves.clear();
       g.arrays.clear();
       plain(roots, wait);
       if (plan.measure) {
@@ -779,9 +793,14 @@ extern "C" int burn_mlx_eval(
     }
     results.clear();
     g.arrays.clear();
+    g.leaves.clear();
     stat_fused++;
     stat_nodes += plan.recipe->nodes.size();
-    stat_fused_nodes += count_pending(targets);
+    if (plan.fused_nodes == 0) {
+      plan.fused_nodes = count_pending(targets);
+      set_fused_nodes(g.hash, plan.fused_nodes);
+    }
+    stat_fused_nodes += plan.fused_nodes;
     plain(targets, wait);
     if (plan.measure) {
       record(g.hash, g.fingerprint, true, since());
