@@ -149,13 +149,14 @@ fn step_secs<M: AutodiffModule<AD>>(
 /// per evaluation before and after fusion; returns the counters now.
 fn fused_counts(name: &str, before: FusionStats) -> FusionStats {
     let now = burn_mlx::fusion::stats();
-    let fused = now.fused - before.fused;
-    if fused > 0 {
+    let gained = now.since(&before);
+    if gained.fused > 0 {
         println!(
-            "{name:<28} fusion: {fused} evaluations through compiled graphs, {:.0} primitives \
+            "{name:<28} fusion: {} evaluations through compiled graphs, {:.0} primitives \
              each before fusion, {:.0} after",
-            (now.primitives - before.primitives) as f64 / fused as f64,
-            (now.fused_primitives - before.fused_primitives) as f64 / fused as f64
+            gained.fused,
+            gained.primitives as f64 / gained.fused as f64,
+            gained.fused_primitives as f64 / gained.fused as f64
         );
     }
     now

@@ -58,6 +58,21 @@ pub struct FusionStats {
     pub slower: u64,
 }
 
+impl FusionStats {
+    /// The counts gained between `earlier` (an older [`stats`]) and `self`.
+    pub fn since(&self, earlier: &FusionStats) -> FusionStats {
+        FusionStats {
+            evaluations: self.evaluations - earlier.evaluations,
+            fused: self.fused - earlier.fused,
+            compiled: self.compiled - earlier.compiled,
+            failed: self.failed - earlier.failed,
+            primitives: self.primitives - earlier.primitives,
+            fused_primitives: self.fused_primitives - earlier.fused_primitives,
+            slower: self.slower - earlier.slower,
+        }
+    }
+}
+
 /// The pass's counters so far.
 pub fn stats() -> FusionStats {
     let mut out = [0u64; 7];

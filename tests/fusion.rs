@@ -29,16 +29,7 @@ fn exclusive() -> MutexGuard<'static, ()> {
 
 /// The counters gained since `before`.
 fn since(before: FusionStats) -> FusionStats {
-    let now = fusion::stats();
-    FusionStats {
-        evaluations: now.evaluations - before.evaluations,
-        fused: now.fused - before.fused,
-        compiled: now.compiled - before.compiled,
-        failed: now.failed - before.failed,
-        primitives: now.primitives - before.primitives,
-        fused_primitives: now.fused_primitives - before.fused_primitives,
-        slower: now.slower - before.slower,
-    }
+    fusion::stats().since(&before)
 }
 
 #[derive(Module, Debug)]
