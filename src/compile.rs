@@ -1,4 +1,4 @@
-//! Opt-in MLX compilation of functions over tensors ([`compile`], [`compile_float`]).
+//! MLX compilation of functions over tensors, by hand ([`compile`], [`compile_float`]).
 //!
 //! MLX's `compile` traces a function once per input signature (shapes and dtypes), simplifies the
 //! traced graph and fuses runs of elementwise ops into single kernels; later calls with the same
@@ -8,7 +8,9 @@
 //! elementwise chains (activations, normalisation arithmetic, optimizer updates) that run many
 //! times with the same shapes.
 //!
-//! Compilation is opt-in: Burn's own op-by-op calls never go through it.
+//! These functions compile one function by hand, on any device. Graphs that Burn code builds
+//! again and again (a training step) are also compiled without asking, on the GPU: see
+//! [`crate::fusion`].
 //!
 //! Rules for the compiled function, checked where they can be:
 //! - it must be a pure function of its inputs: tensors it captures are baked into the trace as
