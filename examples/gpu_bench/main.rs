@@ -1,0 +1,408 @@
+//! Speed of Burn + `Mlx` on the GPU (CUDA on NVIDIA, Metal on Apple Silicon), against raw
+//! mlx-rs in the same process.
+//!
+//! ```text
+//! cargo run --release --features cuda --example gpu_bench            # Linux + NVIDIA
+//! cargo run --release --example gpu_bench                            # macOS (Metal)
+//! cargo run --release --example gpu_bench -- --device cpu --quick   # anywhere, as a check
+//! ```
+//!
+//! Workloads: square matmuls in f32 and bf16 from 1024 to 8192 (Burn + `Mlx` and raw mlx-rs),
+//! an elementwise chain op by op, compiled with `burn_mlx::compile_float`, and in raw mlx-rs,
+//! and one full training step (forward, backward, Adam) of four models (`models.rs`): the MLP,
+//! the example CNN, the small Transformer encoder of `cargo bench` (`benches/backends/`) and a
+//! 29.5M-parameter causal decoder language model (6 layers, d_model 512, seq 256, batch 8;
+//! left out by `--quick`). `peers/burn-cuda` times the same four steps on burn-cuda. Each line prints the median
+//! over timed runs after a warm-up, and `--json FILE` writes the same numbers for
+//! `scripts/gpu_reference.py`, which measures MLX's Python API and PyTorch eager on the same
+//! workloads and prints the comparison table.
+
+extern crate burn_core as burn;
+
+#[path = "../common/device_flag.rs"]
+mod device_flag;
+mod models;
+mod steps;
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn_autodiff::Autodiff;
+use burn_flex::{Flex, FlexDevice};
+use burn_mlx::fusion::{FusionStats, DEFAULT_THRESHOLD};
+use burn_mlx::{compile_float, pending_primitives, Mlx, MlxDevice, PrimitiveKind};
+use burn_optim::{AdamConfig, GradientsParams, Optimizer};
+use burn_tensor::backend::Backend;
+use burn_tensor::{DType, Distribution, Tensor};
+use clap::Parser;
+use device_flag::DeviceFlag;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use steps::{median_secs, StepVisitor, Timer, Workloads};
+
+type AD = Autodiff<Mlx>;
+
+/// Evaluates `t` and waits for the device: reading one element back forces the whole graph
+/// that produced it (MLX evaluates whole primitives).
+fn force<const D: usize, B: Backend>(t: Tensor<B, D>) {
+    let _ = t.reshape([-1]).narrow(0, 0, 1).into_data();
+}
+
+/// Prints, for the evaluations since `before` that ran through compiled graphs, the primitives
+/// per evaluation before and after fusion; returns the counters now.
+fn fused_counts(name: &str, before: FusionStats) -> FusionStats {
+    let now = burn_mlx::fusion::stats();
+    let gained = now.since(&before);
+    if gained.fused > 0 {
+        println!(
+            "{name:<28} fusion: {} evaluations through compiled graphs, {:.0} primitives \
+             each before fusion, {:.0} after",
+            gained.fused,
+            gained.primitives as f64 / gained.fused as f64,
+            gained.fused_primitives as f64 / gained.fused as f64
+        );
+    }
+    now
+}
+
+/// Collects the MLX tensors behind a module's float parameters.
+struct Params(Vec<burn_mlx::MlxTensor>);
+
+impl ModuleVisitor<AD> for Params {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AD, D>>) {
+        self.0.push(param.val().inner().into_primitive().tensor());
+    }
+}
+
+/// The MLX primitives of one training step (forward, backward, Adam), counted by kind: one step
+/// is run and evaluated first, so that the count covers a steady-state step (parameter
+/// initialization and the optimizer's first-step state excluded).
+fn step_primitives<M: AutodiffModule<AD>>(
+    model: M,
+    loss: &dyn Fn(&M) -> Tensor<AD, 1>,
+) -> BTreeMap<String, usize> {
+    let mut optim = AdamConfig::new().init::<AD, M>();
+    let mut step = |m: M| {
+        let l = loss(&m);
+        let grads = GradientsParams::from_grads(l.backward(), &m);
+        (optim.step(1e-3, m, grads), l)
+    };
+    let (m, l) = step(model);
+    let mut params = Params(vec![]);
+    m.visit(&mut params);
+    params.0.push(l.inner().into_primitive().tensor());
+    for t in &params.0 {
+        t.eval().expect("the first step evaluates");
+    }
+    let (m, l) = step(m);
+    let mut params = Params(vec![]);
+    m.visit(&mut params);
+    params.0.push(l.inner().into_primitive().tensor());
+    let refs: Vec<&burn_mlx::MlxTensor> = params.0.iter().collect();
+    pending_primitives(&refs).expect("counting the step's primitives")
+}
+
+/// Prints one row of the primitive-count table (by kind), then the ten most frequent primitives.
+fn print_counts(name: &str, counts: &BTreeMap<String, usize>) {
+    let mut kinds: BTreeMap<PrimitiveKind, usize> = BTreeMap::new();
+    for (primitive, n) in counts {
+        *kinds.entry(PrimitiveKind::of(primitive)).or_insert(0) += n;
+    }
+    let total: usize = kinds.values().sum();
+    let without_views = total - kinds.get(&PrimitiveKind::View).copied().unwrap_or(0);
+    let cells: Vec<String> = kinds.iter().map(|(k, n)| format!("{k:?} {n}")).collect();
+    println!(
+        "{name:<28} primitives {total:>5} (computing {without_views:>5}): {}",
+        cells.join(", ")
+    );
+    let mut top: Vec<(&String, &usize)> = counts.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let cells: Vec<String> = top
+        .iter()
+        .take(10)
+        .map(|(p, n)| format!("{p} {n}"))
+        .collect();
+    println!("{:<28}   most frequent: {}", "", cells.join(", "));
+}
+
+/// One result line: workload, implementation, median seconds.
+struct Line {
+    workload: String,
+    implementation: &'static str,
+    secs: f64,
+}
+
+/// Speed of Burn + Mlx on the GPU against raw mlx-rs (median ms per run of each workload).
+#[derive(Debug, Parser)]
+#[command(name = "gpu_bench")]
+struct Args {
+    /// MLX device.
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Gpu)]
+    device: DeviceFlag,
+    /// Small sizes and short timings (matmuls 256 and 512, a 1M-element chain, 0.2 s per
+    /// workload, no decoder LM step), as a check that everything runs.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the numbers as JSON to FILE (for `scripts/gpu_reference.py`).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Instead of timing, count the MLX primitives of one training step of each model (forward,
+    /// backward, Adam update), by kind: the kernel launches a step pays for.
+    #[arg(long)]
+    count_primitives: bool,
+    /// burn-mlx's automatic fusion for the training steps: `both` times each step without it,
+    /// then with it.
+    #[arg(long, value_enum, default_value_t = FusionFlag::Both)]
+    fusion: FusionFlag,
+    /// Time the training steps only (no matmuls, no elementwise chain).
+    #[arg(long)]
+    steps_only: bool,
+    /// Only these training steps (by the first word of their name: mlp, cnn, transformer,
+    /// decoder); by default all four (`--quick`: all but the decoder).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Also time the training steps on burn-flex (Burn's fastest CPU backend, on the CPU),
+    /// through the same model code: the CPU comparison of BENCHMARKS.md.
+    #[arg(long)]
+    flex: bool,
+}
+
+/// Which training-step rows to time: without automatic fusion, with it, or both.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum FusionFlag {
+    Both,
+    On,
+    Off,
+}
+
+/// How much each workload measures: the full run or `--quick`'s.
+struct Sizes {
+    /// Sides of the square matmuls.
+    matmul: Vec<usize>,
+    /// Time budget of each workload's timed runs.
+    budget: Duration,
+    /// Elements of the elementwise-chain workload.
+    chain_len: usize,
+}
+
+impl Sizes {
+    /// The sizes of a full run, or with `quick` of a short check.
+    fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                matmul: vec![256, 512],
+                budget: Duration::from_millis(200),
+                chain_len: 1_000_000,
+            }
+        } else {
+            Sizes {
+                matmul: vec![1024, 2048, 4096, 8192],
+                budget: Duration::from_secs(2),
+                chain_len: 16_000_000,
+            }
+        }
+    }
+}
+
+/// `--count-primitives`: prints the primitive counts of one step of each training workload.
+struct Counter;
+
+impl StepVisitor<AD> for Counter {
+    fn visit<M: AutodiffModule<AD>>(
+        &mut self,
+        name: &'static str,
+        model: M,
+        loss: &dyn Fn(&M) -> Tensor<AD, 1>,
+    ) {
+        print_counts(name, &step_primitives(model, loss));
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let device = MlxDevice::from(args.device);
+    if let Err(e) = device.check() {
+        eprintln!("gpu_bench: {e}");
+        std::process::exit(1);
+    }
+    let workloads = Workloads::<AD>::new(&device);
+    // The decoder LM's step takes seconds on a CPU: `--quick` leaves it out.
+    let only = match steps::select(&args.only) {
+        Ok(_) if args.quick && args.only.is_empty() => {
+            vec![steps::MLP, steps::CNN, steps::TRANSFORMER]
+        }
+        Ok(only) => only,
+        Err(e) => {
+            eprintln!("gpu_bench: --only: {e}");
+            std::process::exit(2);
+        }
+    };
+    if args.count_primitives {
+        workloads.run(&only, &mut Counter);
+        return;
+    }
+    let sizes = Sizes::new(args.quick);
+    let budget = sizes.budget;
+    let mut lines: Vec<Line> = Vec::new();
+    let mut push = |workload: String, implementation: &'static str, secs: f64| {
+        println!(
+            "{workload:<28} {implementation:<16} {:>10.3} ms",
+            secs * 1e3
+        );
+        lines.push(Line {
+            workload,
+            implementation,
+            secs,
+        });
+    };
+
+    let raw_device = match device {
+        MlxDevice::Cpu => mlx_rs::Device::cpu(),
+        MlxDevice::Gpu => mlx_rs::Device::gpu(),
+    };
+    let raw_stream = mlx_rs::Stream::try_default_on_device(&raw_device).expect("an MLX stream");
+    if !args.steps_only {
+        for (dt, raw_dt, label) in [
+            (DType::F32, mlx_rs::Dtype::Float32, "f32"),
+            (DType::BF16, mlx_rs::Dtype::Bfloat16, "bf16"),
+        ] {
+            for &n in &sizes.matmul {
+                let name = format!("matmul {label} {n}");
+                let a = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
+                let b = Tensor::<Mlx, 2>::random([n, n], Distribution::Default, &device).cast(dt);
+                force(a.clone() + b.clone());
+                let t = median_secs(2, budget, || force(a.clone().matmul(b.clone())));
+                push(name.clone(), "burn-mlx", t);
+
+                let (ra, rb) = mlx_rs::with_stream(&raw_stream, || {
+                    let shape = [n as i32, n as i32];
+                    let ra = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
+                        .and_then(|x| x.as_dtype(raw_dt))
+                        .expect("raw operand");
+                    let rb = mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &shape, None)
+                        .and_then(|x| x.as_dtype(raw_dt))
+                        .expect("raw operand");
+                    (ra, rb)
+                });
+                ra.eval().expect("eval");
+                rb.eval().expect("eval");
+                let t = median_secs(2, budget, || {
+                    mlx_rs::with_stream(&raw_stream, || {
+                        let c = ra.matmul(&rb).expect("raw matmul");
+                        c.eval().expect("eval");
+                    })
+                });
+                push(name, "mlx-rs", t);
+            }
+        }
+
+        // An elementwise chain, op by op (lazy, one kernel per op), compiled by MLX
+        // (`burn_mlx::compile_float`: fused), and in raw mlx-rs.
+        let n = sizes.chain_len;
+        let name = format!("chain exp(x*0.5+1)*x {n}");
+        let x = Tensor::<Mlx, 1>::random([n], Distribution::Default, &device);
+        force(x.clone());
+        let chain = |x: Tensor<Mlx, 1>| (x.clone() * 0.5 + 1.0).exp() * x;
+        push(
+            name.clone(),
+            "burn-mlx",
+            median_secs(2, budget, || force(chain(x.clone()))),
+        );
+        let mut compiled = compile_float::<1, _>(move |x| vec![chain(x[0].clone())], false);
+        let t = median_secs(2, budget, || {
+            force(
+                compiled
+                    .call(vec![x.clone()])
+                    .expect("compiled chain")
+                    .remove(0),
+            )
+        });
+        push(name.clone(), "compiled", t);
+        let rx = mlx_rs::with_stream(&raw_stream, || {
+            mlx_rs::random::uniform::<_, f32>(0.0, 1.0, &[n as i32], None).expect("raw operand")
+        });
+        rx.eval().expect("eval");
+        let t = median_secs(2, budget, || {
+            mlx_rs::with_stream(&raw_stream, || {
+                let y = rx
+                    .multiply(mlx_rs::Array::from_f32(0.5))
+                    .and_then(|y| y.add(mlx_rs::Array::from_f32(1.0)))
+                    .and_then(|y| y.exp())
+                    .and_then(|y| y.multiply(&rx))
+                    .expect("raw chain");
+                y.eval().expect("eval");
+            })
+        });
+        push(name, "mlx-rs", t);
+    }
+
+    // The training steps, with burn-mlx's automatic fusion off ("burn-mlx unfused") and on
+    // ("burn-mlx", the default), one after the other in this process.
+    let settings: &[(u32, &'static str)] = match args.fusion {
+        FusionFlag::Both => &[(0, "burn-mlx unfused"), (DEFAULT_THRESHOLD, "burn-mlx")],
+        FusionFlag::On => &[(DEFAULT_THRESHOLD, "burn-mlx")],
+        FusionFlag::Off => &[(0, "burn-mlx unfused")],
+    };
+    for &(threshold, implementation) in settings {
+        burn_mlx::fusion::set_threshold(device, threshold);
+        let mut before = burn_mlx::fusion::stats();
+        let mut timer = Timer {
+            warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
+            budget,
+            on_result: |name: &'static str, secs| {
+                push(name.into(), implementation, secs);
+                before = fused_counts(name, before);
+            },
+        };
+        workloads.run(&only, &mut timer);
+    }
+    if args.flex {
+        let mut timer = Timer {
+            warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
+            budget,
+            on_result: |name: &'static str, secs| push(name.into(), "burn-flex", secs),
+        };
+        Workloads::<Autodiff<Flex>>::new(&FlexDevice).run(&only, &mut timer);
+    }
+    let stats = burn_mlx::fusion::stats();
+    println!(
+        "fusion: {} of {} evaluations ran through {} compiled graphs ({} failed to compile, \
+         {} dropped as slower)",
+        stats.fused, stats.evaluations, stats.compiled, stats.failed, stats.slower
+    );
+    for workload in steps::ALL {
+        let secs = |implementation: &str| {
+            lines
+                .iter()
+                .find(|l| l.workload == workload && l.implementation == implementation)
+                .map(|l| l.secs)
+        };
+        if let (Some(plain), Some(fused)) = (secs("burn-mlx unfused"), secs("burn-mlx")) {
+            println!("{workload:<28} fused is {:.2}x unfused", plain / fused);
+        }
+        for implementation in ["burn-mlx", "burn-mlx unfused"] {
+            if let (Some(ours), Some(flex)) = (secs(implementation), secs("burn-flex")) {
+                println!(
+                    "{workload:<28} {implementation} is {:.2}x burn-flex",
+                    flex / ours
+                );
+            }
+        }
+    }
+
+    if let Some(path) = args.json {
+        let body: Vec<String> = lines
+            .iter()
+            .map(|l| {
+                format!(
+                    "  {{\"workload\": \"{}\", \"impl\": \"{}\", \"secs\": {:e}}}",
+                    l.workload, l.implementation, l.secs
+                )
+            })
+            .collect();
+        let text = format!("[\n{}\n]\n", body.join(",\n"));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("gpu_bench: cannot write {}: {e}", path.display());
+            std::process::exit(1);
+        }
+    }
+}
