@@ -3,15 +3,21 @@
 
 - Matmuls (f32 and bf16, square, the sizes gpu_bench used) through MLX's own Python API: the
   lower bound for Burn + Mlx, since both end in the same MLX kernels.
-- The MLP, CNN and Transformer training steps (forward, backward, Adam, loss read back) in
-  PyTorch eager mode, with the same layer shapes as the Burn models.
+- The MLP, CNN, Transformer and decoder-LM training steps (forward, backward, Adam, loss read
+  back) in PyTorch eager mode and with `torch.compile`, with the same layer shapes as the Burn
+  models (`examples/gpu_bench/models.rs`).
 
 Usage (needs `mlx` with `mlx-cuda-13` 0.32.2, and torch with CUDA, in the same Python):
 
     cargo run --release --features cuda --example gpu_bench -- --json burn.json
-    python3 scripts/gpu_reference.py burn.json > table.md
+    peers/burn-cuda/target/release/burn-cuda-peer --json burn-cuda.json     # optional
+    python3 scripts/gpu_reference.py burn.json burn-cuda.json > table.md
 
-It prints a Markdown table that compares each workload with the reference.
+It prints two Markdown tables: the matmuls against MLX's Python API, and one row per training
+step with every implementation the JSON files hold (Burn + Mlx with and without its automatic
+fusion, burn-cuda) next to PyTorch eager and `torch.compile` (`--no-compile` leaves the latter
+out), with the ratios of Burn + Mlx (default settings) to PyTorch eager and to burn-cuda
+(above 1: Burn + Mlx is faster).
 
     python3 scripts/gpu_reference.py --profile
 
@@ -31,10 +37,10 @@ import sys
 import time
 
 
-def median_secs(fn, budget=2.0):
-    """Median seconds per call after two warm-up calls (at least 5, at most 50 calls)."""
-    fn()
-    fn()
+def median_secs(fn, budget=2.0, warmup=2):
+    """Median seconds per call after `warmup` calls (at least 5, at most 50 timed calls)."""
+    for _ in range(warmup):
+        fn()
     times = []
     start = time.perf_counter()
     while len(times) < 5 or (time.perf_counter() - start < budget and len(times) < 50):
@@ -54,8 +60,44 @@ def mlx_matmul(n, dtype_name):
     return median_secs(lambda: mx.eval(a @ b))
 
 
+LM_VOCAB, LM_D, LM_HEADS, LM_LAYERS, LM_FF, LM_SEQ, LM_BATCH = 10240, 512, 8, 6, 2048, 256, 8
+
+
+def decoder_lm(dev):
+    """The decoder LM of `models.rs` (29.5M parameters): token and learned position embeddings,
+    pre-norm Transformer layers under a causal mask, final LayerNorm, untied output layer."""
+    import torch
+    from torch import nn
+
+    class DecoderLm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(LM_VOCAB, LM_D)
+            self.positions = nn.Embedding(LM_SEQ, LM_D)
+            layer = nn.TransformerEncoderLayer(
+                d_model=LM_D, nhead=LM_HEADS, dim_feedforward=LM_FF, dropout=0.0,
+                activation="gelu", batch_first=True, norm_first=True,
+            )
+            self.layers = nn.TransformerEncoder(layer, num_layers=LM_LAYERS, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(LM_D)
+            self.head = nn.Linear(LM_D, LM_VOCAB)
+            self.register_buffer("pos", torch.arange(LM_SEQ)[None])
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(LM_SEQ))
+
+        def forward(self, ids):
+            x = self.tokens(ids) + self.positions(self.pos)
+            x = self.layers(x, mask=self.mask, is_causal=True)
+            return self.head(self.norm(x))
+
+    n = LM_BATCH * LM_SEQ
+    ids = torch.tensor([i * 7919 % LM_VOCAB for i in range(n)], device=dev).reshape(LM_BATCH, LM_SEQ)
+    targets = torch.tensor([(i * 31 + 7) % LM_VOCAB for i in range(n)], device=dev)
+    ce = nn.CrossEntropyLoss()
+    return DecoderLm().to(dev), ids, lambda o: ce(o.reshape(n, LM_VOCAB), targets)
+
+
 def torch_models():
-    """The three PyTorch workloads: name -> (model, input, loss function)."""
+    """The four PyTorch workloads: name -> (model, input, loss function)."""
     import torch
     from torch import nn
 
@@ -84,6 +126,7 @@ def torch_models():
         "Transformer step (batch 16)": (
             enc, torch.rand(16, 128, 256, device=dev), lambda o: ((o - target) ** 2).mean()
         ),
+        "Decoder LM step (batch 8)": decoder_lm(dev),
     }
 
 
@@ -148,29 +191,48 @@ def adam_step(model, x, loss_fn):
     return step
 
 
-def torch_steps():
+def torch_steps(compile_too):
+    """Median seconds per step of each workload: {name: {"eager": s, "compile": s or error}}."""
     import torch
 
-    out = {
-        name: median_secs(adam_step(model, x, loss_fn))
-        for name, (model, x, loss_fn) in torch_models().items()
-    }
+    out = {}
+    for name, (model, x, loss_fn) in torch_models().items():
+        # 12 warm-up steps, as gpu_bench and burn-cuda-peer (`STEP_WARMUP`).
+        out[name] = {"eager": median_secs(adam_step(model, x, loss_fn), warmup=12)}
+        if compile_too:
+            try:
+                compiled = torch.compile(model)
+                out[name]["compile"] = median_secs(adam_step(compiled, x, loss_fn), warmup=12)
+            except Exception as e:  # noqa: BLE001 - the table says why the row is missing
+                out[name]["compile"] = f"failed: {type(e).__name__}"
+        print(f"{name}: {out[name]}", file=sys.stderr)
     return out, torch.__version__, torch.cuda.get_device_name(0)
 
 
+def ms(secs):
+    return f"{secs * 1e3:.3f} ms" if isinstance(secs, float) else (secs or "-")
+
+
 def main():
-    if "--full-f32" in sys.argv[1:]:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("json", nargs="*", help="gpu_bench / burn-cuda-peer JSON files")
+    parser.add_argument("--profile", action="store_true", help="profile PyTorch's steps instead")
+    parser.add_argument("--full-f32", action="store_true", help="PyTorch f32 matmuls and convolutions in full f32")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile column")
+    args = parser.parse_args()
+    if args.full_f32:
         import torch
 
-        sys.argv.remove("--full-f32")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    if sys.argv[1:] == ["--profile"]:
+    if args.profile:
         torch_profile()
         return
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    burn = json.load(open(sys.argv[1]))
+    if not args.json:
+        parser.error("give at least one JSON file")
+    burn = [line for path in args.json for line in json.load(open(path))]
     rows = []
     for line in burn:
         if line["impl"] != "burn-mlx" or not line["workload"].startswith("matmul"):
@@ -190,22 +252,28 @@ def main():
             + (f"; raw mlx-rs {raw * 1e3:.3f} ms" if raw else "")
             + " |"
         )
-    steps, torch_version, gpu = torch_steps()
-    for line in burn:
-        if line["workload"] in steps:
-            ref = steps[line["workload"]]
-            label = line["workload"] + ("" if line["impl"] == "burn-mlx" else f" ({line['impl']})")
-            rows.append(
-                f"| {label} | {line['secs'] * 1e3:.3f} ms | {ref * 1e3:.3f} ms "
-                f"| PyTorch {torch_version} eager | **{ref / line['secs']:.2f}x** "
-                f"(PyTorch time / Burn+Mlx time) |"
-            )
+    steps, torch_version, gpu = torch_steps(not args.no_compile)
     import mlx.core as mx
 
     print(f"GPU: {gpu}; MLX {mx.__version__}; PyTorch {torch_version}\n")
-    print("| workload | Burn + Mlx | reference | reference is | ratio |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
+    if rows:
+        print("| workload | Burn + Mlx | reference | reference is | ratio |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows) + "\n")
+    impls = ["burn-mlx", "burn-mlx unfused", "burn-cuda"]
+    print(
+        "| training step | Burn + Mlx | Burn + Mlx, no fusion | burn-cuda | PyTorch eager "
+        "| torch.compile | Burn + Mlx vs eager | Burn + Mlx vs burn-cuda |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, ref in steps.items():
+        ours = {l["impl"]: l["secs"] for l in burn if l["workload"] == name}
+        if not ours:
+            continue
+        mine = ours.get("burn-mlx")
+        ratio = lambda other: f"**{other / mine:.2f}x**" if mine and isinstance(other, float) else "-"
+        cells = [ms(ours.get(i)) for i in impls] + [ms(ref["eager"]), ms(ref.get("compile"))]
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio(ref['eager'])} | {ratio(ours.get('burn-cuda'))} |")
 
 
 if __name__ == "__main__":
