@@ -225,34 +225,44 @@ class IdTable {
   size_t size_ = 0;
 };
 
-// A summary of the graph's top: the arrays asked for and their inputs (primitive names, shapes,
-// dtypes). Graphs whose structure the pass gave up on (measured slower, failed to compile, or
-// unfusable) mark their fingerprint, and later graphs with that fingerprint skip the walk: the
-// walk costs about a microsecond per primitive, which a step that is not fused should not pay.
+// A summary of the graph's top: the first `fingerprint_nodes` arrays of a depth-first walk from
+// the arrays asked for (primitive names, shapes, dtypes). Graphs whose structure the pass gave
+// up on (measured slower, failed to compile, or unfusable) mark their fingerprint, and later
+// graphs with that fingerprint skip the walk: the walk costs about a microsecond per primitive,
+// which a step that is not fused should not pay. The summary goes 64 arrays deep because the
+// first version, which covered only the roots and their inputs, gave every scalar loss the same
+// fingerprint: a dropped MLP step kept a later CNN and decoder step (the same cross-entropy on
+// top) from ever being fused. Two graphs can still share a fingerprint; see `given_up_probe`.
+constexpr size_t fingerprint_nodes = 64;
+
 uint64_t fingerprint(const std::vector<mx::array>& roots) {
   uint64_t h = 0x84222325cbf29ce4ULL;
-  auto name = [&h](const mx::array& a) {
+  std::vector<const mx::array*> stack;
+  for (auto it = roots.rbegin(); it != roots.rend(); ++it) {
+    stack.push_back(&*it);
+  }
+  size_t visited = 0;
+  while (!stack.empty() && visited < fingerprint_nodes) {
+    const mx::array& a = *stack.back();
+    stack.pop_back();
+    visited++;
+    mix(h, static_cast<uint64_t>(a.dtype().val()));
+    for (auto d : a.shape()) {
+      mix(h, static_cast<uint64_t>(d));
+    }
     if (is_leaf(a)) {
       mix(h, 1);
-      return;
+      continue;
     }
     // By content: `Compiled` primitives build their name per instance.
     const char* n = a.primitive().name();
     for (size_t i = 0; i < 24 && n[i] != '\0'; ++i) {
       mix(h, static_cast<uint64_t>(n[i]));
     }
-  };
-  for (const auto& root : roots) {
-    name(root);
-    mix(h, static_cast<uint64_t>(root.dtype().val()));
-    for (auto d : root.shape()) {
-      mix(h, static_cast<uint64_t>(d));
-    }
-    for (const auto& in : root.inputs()) {
-      name(in);
-      for (auto d : in.shape()) {
-        mix(h, static_cast<uint64_t>(d));
-      }
+    mix(h, a.inputs().size());
+    const auto& inputs = a.inputs();
+    for (auto it = inputs.rbegin(); it != inputs.rend(); ++it) {
+      stack.push_back(&*it);
     }
   }
   return h;
@@ -480,15 +490,34 @@ int threshold_for(const mx::array& a) {
 }
 std::unordered_map<uint64_t, Entry>& entries = *new std::unordered_map<uint64_t, Entry>();
 uint64_t clock_ = 0;
-// Fingerprints of graphs the pass gave up on (see `fingerprint`); forgotten when too many.
-std::unordered_set<uint64_t>& given_up = *new std::unordered_set<uint64_t>();
+// Fingerprints of graphs the pass gave up on (see `fingerprint`), with how many evaluations
+// skipped the walk for each; forgotten when too many.
+std::unordered_map<uint64_t, uint32_t>& given_up = *new std::unordered_map<uint64_t, uint32_t>();
+// Every `given_up_probe`-th evaluation with a given-up fingerprint is walked anyway; if its
+// structure is not one the pass gave up on (two graphs shared the fingerprint), the mark goes.
+constexpr uint32_t given_up_probe = 16;
 
 void give_up(uint64_t fp) {
   if (given_up.size() > 4096) {
     given_up.clear();
   }
-  given_up.insert(fp);
+  given_up.emplace(fp, 0);
 }
+
+// Whether an evaluation with fingerprint `fp` skips the walk because of a give-up mark (under
+// `state_mutex`); sets `probe` when it is walked only as a probe.
+bool given_up_skips(uint64_t fp, bool& probe) {
+  auto it = given_up.find(fp);
+  if (it == given_up.end()) {
+    return false;
+  }
+  if (++it->second % given_up_probe == 0) {
+    probe = true;
+    return false;
+  }
+  return true;
+}
+
 // Counters, read by `burn_mlx_fusion_stats`.
 std::atomic<uint64_t> stat_evals{0}, stat_fused{0}, stat_compiled{0}, stat_failed{0},
     stat_nodes{0}, stat_fused_nodes{0}, stat_slower{0};
@@ -551,15 +580,21 @@ struct Plan {
   bool measure = false;
   // The primitives of the compiled graph, once counted (0: not yet).
   uint64_t fused_nodes = 0;
+  // The structure failed to compile or was measured slower.
+  bool given_up = false;
 };
 
 // Back-off for programs whose graphs never recur (an eager decode loop whose cache grows builds
 // a new structure for every token): after `miss_limit` new structures in a row, the next
 // evaluations skip the walk, for `skip_len` of them; each further run of misses doubles that,
-// up to `max_skip`; a structure seen again resets it.
+// up to `max_skip`; a structure seen again resets it. During a skip, every `probe_every`-th
+// evaluation is walked anyway, and one that finds a known structure ends the skip: without
+// the probes, a training loop that starts while a long skip runs (a new model, after a phase of
+// one-off graphs) went unfused for up to 256 evaluations.
 constexpr int miss_limit = 8;
 constexpr int min_skip = 16;
 constexpr int max_skip = 256;
+constexpr int probe_every = 8;
 int misses = 0;
 int skip_len = min_skip;
 int skip_left = 0;
@@ -568,7 +603,7 @@ int skip_left = 0;
 bool skipping() {
   if (skip_left > 0) {
     skip_left--;
-    return true;
+    return skip_left % probe_every != 0;
   }
   return false;
 }
@@ -576,13 +611,22 @@ bool skipping() {
 // Counts a run of new structures, and starts skipping when it is long enough.
 void note_structure(bool is_new) {
   if (!is_new) {
+    if (skip_left > 0 && debug()) {
+      std::fprintf(stderr, "burn-mlx fusion: a known structure ends the back-off\n");
+    }
     misses = 0;
     skip_len = min_skip;
+    skip_left = 0;
     return;
   }
   if (++misses >= miss_limit) {
     misses = 0;
     skip_left = skip_len;
+    if (debug()) {
+      std::fprintf(
+          stderr, "burn-mlx fusion: %d new structures in a row: back-off for %d evaluations\n",
+          miss_limit, skip_len);
+    }
     skip_len = std::min(skip_len * 2, max_skip);
   }
 }
@@ -607,7 +651,9 @@ Plan plan_for(Graph& g) {
         e.failed ? " (failed)" : e.slower ? " (slower compiled)" : e.compiled ? " (compiled)" : "");
   }
   if (e.failed || e.slower) {
-    return {};
+    Plan p;
+    p.given_up = true;
+    return p;
   }
   if (e.compiled) {
     if (!matches(g, *e.recipe)) {
@@ -734,10 +780,11 @@ extern "C" int burn_mlx_eval(
       }
     }
     bool skip = g.threshold <= 0;
+    bool probe = false;
     if (!skip) {
       g.fingerprint = fingerprint(roots);
       std::lock_guard<std::mutex> lock(state_mutex);
-      skip = given_up.count(g.fingerprint) != 0 || skipping();
+      skip = given_up_skips(g.fingerprint, probe) || (!probe && skipping());
     }
     Walked walked = skip ? Walked::Small : walk(roots, g);
     if (walked != Walked::Fusable) {
@@ -751,6 +798,11 @@ extern "C" int burn_mlx_eval(
       return 0;
     }
     auto plan = plan_for(g);
+    if (probe && !plan.given_up) {
+      // A probe found a live structure behind a given-up fingerprint: stop skipping it.
+      std::lock_guard<std::mutex> lock(state_mutex);
+      given_up.erase(g.fingerprint);
+    }
     if (!plan.fn) {
       // Drop the walk's handles first, so that MLX may reuse the buffers of arrays that only
       // the graph holds.

@@ -1,6 +1,7 @@
 //! Automatic fusion (`burn_mlx::fusion`): recurring graphs evaluated through MLX's `compile` give
-//! the same values as plain evaluation, arrays the program still holds keep their values, and
-//! structures that differ only in a primitive's parameters are told apart.
+//! the same values as plain evaluation, arrays the program still holds keep their values,
+//! structures that differ only in a primitive's parameters are told apart, and a graph the pass
+//! gave up on does not keep another with the same top from being fused.
 //!
 //! The pass is off for CPU graphs by default; these tests turn it on for the CPU (MLX builds the
 //! fused CPU kernels with the system C++ compiler, once, and caches them under the temporary
@@ -209,4 +210,55 @@ fn graphs_that_differ_only_in_parameters_are_told_apart() {
     }
     fusion::set_threshold(device, 0);
     assert!(since(before).fused >= 2);
+}
+
+/// `first(x)`, then `ops` elementwise ops, summed to a scalar: graphs whose tops agree for the
+/// last `ops` ops and differ only in `first`.
+fn long_tail(x: Tensor<Mlx, 2>, first: fn(Tensor<Mlx, 2>) -> Tensor<Mlx, 2>, ops: usize) -> f32 {
+    let mut y = first(x);
+    for i in 0..ops {
+        y = y * 0.5 + (i % 3) as f32;
+    }
+    y.sum().into_scalar()
+}
+
+/// Evaluates the `exp` graph `rounds` times after the `log1p` one (which the pass gives up on:
+/// MLX cannot compare `Log1p` primitives) and returns the evaluations that ran fused.
+fn fused_after_a_given_up_graph(ops: usize, rounds: usize) -> u64 {
+    let device = MlxDevice::Cpu;
+    fusion::set_threshold(device, 1);
+    let x = Tensor::<Mlx, 2>::from_data(
+        TensorData::new((0..15).map(|i| i as f32 / 15.0).collect(), [3, 5]),
+        &device,
+    );
+    for _ in 0..2 {
+        long_tail(x.clone(), |x| x.log1p(), ops);
+    }
+    let before = fusion::stats();
+    let mut expected = None;
+    for round in 0..rounds {
+        let v = long_tail(x.clone(), |x| x.exp(), ops);
+        let first = *expected.get_or_insert(v);
+        assert!((v - first).abs() < 1e-3, "round {round}: {v} vs {first}");
+    }
+    let fused = since(before).fused;
+    fusion::set_threshold(device, 0);
+    fused
+}
+
+#[test]
+fn a_graph_given_up_on_does_not_block_another_with_the_same_loss_on_top() {
+    let _turn = exclusive();
+    // 12 ops: the two graphs differ within the fingerprint's 64 nodes.
+    let fused = fused_after_a_given_up_graph(12, 3);
+    assert!(fused >= 2, "{fused} of 3 evaluations fused");
+}
+
+#[test]
+fn a_graph_that_shares_a_given_up_fingerprint_is_fused_after_a_probe() {
+    let _turn = exclusive();
+    // 60 ops: the difference lies deeper than the fingerprint looks, so the `exp` graph is
+    // skipped as given up until a probe (every 16th evaluation) walks it and lifts the mark.
+    let fused = fused_after_a_given_up_graph(60, 24);
+    assert!(fused >= 4, "{fused} of 24 evaluations fused");
 }
