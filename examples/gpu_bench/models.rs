@@ -1,6 +1,7 @@
 //! The models of the training-step workloads, generic over the backend, so that the same code
 //! runs on Burn + `Mlx` (`gpu_bench`) and on burn-cuda (`peers/burn-cuda`, which includes this
-//! file). `scripts/gpu_reference.py` builds the same layers in PyTorch.
+//! file). `scripts/gpu_reference.py` builds the same layers in PyTorch. The MLP and the
+//! Transformer encoder come from `examples/train_distributed/model.rs`.
 
 use burn::module::Module;
 use burn_nn::attention::generate_autoregressive_mask;
@@ -14,33 +15,13 @@ use burn_nn::{
 use burn_tensor::backend::Backend;
 use burn_tensor::{Bool, Int, Tensor, TensorData};
 
-/// The MLP of the benchmark: 784 → 512 → 512 → 10.
-#[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
-    l1: Linear<B>,
-    l2: Linear<B>,
-    l3: Linear<B>,
-    relu: Relu,
-}
+#[path = "../train_distributed/model.rs"]
+mod shared;
 
-impl<B: Backend> Mlp<B> {
-    /// A freshly initialized MLP on `device`.
-    pub fn new(device: &B::Device) -> Self {
-        Self {
-            l1: LinearConfig::new(784, 512).init(device),
-            l2: LinearConfig::new(512, 512).init(device),
-            l3: LinearConfig::new(512, 10).init(device),
-            relu: Relu::new(),
-        }
-    }
-
-    /// Logits `[batch, 10]` of inputs `[batch, 784]`.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.relu.forward(self.l1.forward(x));
-        let x = self.relu.forward(self.l2.forward(x));
-        self.l3.forward(x)
-    }
-}
+/// The MLP (784 → 512 → 512 → 10 in this benchmark) and the Transformer encoder (d_model 256,
+/// 8 heads, 2 post-norm layers, feed-forward 1024, GELU, no dropout; the one `cargo bench` and
+/// `train_distributed` use): shared with `examples/train_distributed`.
+pub use shared::{Encoder, Mlp};
 
 /// The example CNN of `examples/train/model.rs`: two 3×3 conv + ReLU + 2×2 max-pool stages, then
 /// two linear layers.
@@ -79,14 +60,6 @@ impl<B: Backend> Cnn<B> {
         let x: Tensor<B, 2> = x.flatten(1, 3);
         self.fc2.forward(self.relu.forward(self.fc1.forward(x)))
     }
-}
-
-/// The Transformer encoder of `cargo bench` (`benches/backends/`): d_model 256, 8 heads,
-/// 2 post-norm layers, feed-forward 1024, GELU, no dropout.
-pub fn transformer_encoder<B: Backend>(device: &B::Device) -> TransformerEncoder<B> {
-    TransformerEncoderConfig::new(256, 1024, 8, 2)
-        .with_dropout(0.0)
-        .init(device)
 }
 
 /// Shape of the decoder language model of the fourth workload (29.5M parameters).

@@ -3,10 +3,9 @@
 //! `peers/burn-cuda` on `Autodiff<Cuda>`; both print and write the same workload names, which
 //! `scripts/gpu_reference.py` matches with its PyTorch rows.
 
-use crate::models::{labels, lm, transformer_encoder, Cnn, DecoderLm, LmBatch, Mlp};
+use crate::models::{labels, lm, Cnn, DecoderLm, Encoder, LmBatch, Mlp};
 use burn::module::AutodiffModule;
 use burn_nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
-use burn_nn::transformer::TransformerEncoderInput;
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::backend::AutodiffBackend;
 use burn_tensor::{Distribution, Int, Tensor};
@@ -90,6 +89,8 @@ pub struct Workloads<B: AutodiffBackend> {
 impl<B: AutodiffBackend> Workloads<B> {
     /// Random inputs of each workload's batch on `device`.
     pub fn new(device: &B::Device) -> Self {
+        // The Transformer's input and target: batch 16.
+        let enc_shape = [16, Encoder::<B>::SEQ, Encoder::<B>::D_MODEL];
         Self {
             device: device.clone(),
             ce: CrossEntropyLossConfig::new().init(device),
@@ -97,8 +98,8 @@ impl<B: AutodiffBackend> Workloads<B> {
             mlp_y: labels(128, device),
             cnn_x: Tensor::random([64, 1, 28, 28], Distribution::Default, device),
             cnn_y: labels(64, device),
-            enc_x: Tensor::random([16, 128, 256], Distribution::Default, device),
-            enc_target: Tensor::random([16, 128, 256], Distribution::Default, device),
+            enc_x: Tensor::random(enc_shape, Distribution::Default, device),
+            enc_target: Tensor::random(enc_shape, Distribution::Default, device),
             lm: LmBatch::new(device),
         }
     }
@@ -109,7 +110,7 @@ impl<B: AutodiffBackend> Workloads<B> {
         let wanted = |name: &str| only.is_empty() || only.contains(&name);
         let device = &self.device;
         if wanted(MLP) {
-            visitor.visit(MLP, Mlp::<B>::new(device), &|m: &Mlp<B>| {
+            visitor.visit(MLP, Mlp::<B>::new(784, 512, 10, device), &|m: &Mlp<B>| {
                 self.ce
                     .forward(m.forward(self.mlp_x.clone()), self.mlp_y.clone())
             });
@@ -121,8 +122,8 @@ impl<B: AutodiffBackend> Workloads<B> {
             });
         }
         if wanted(TRANSFORMER) {
-            visitor.visit(TRANSFORMER, transformer_encoder::<B>(device), &|m| {
-                let out = m.forward(TransformerEncoderInput::new(self.enc_x.clone()));
+            visitor.visit(TRANSFORMER, Encoder::<B>::new(device), &|m: &Encoder<B>| {
+                let out = m.forward(self.enc_x.clone());
                 (out - self.enc_target.clone()).powi_scalar(2).mean()
             });
         }
