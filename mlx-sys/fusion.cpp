@@ -89,7 +89,7 @@ struct Graph {
   uint64_t hash = 0;
   // Sightings before this graph's structure is compiled (from its device).
   int threshold = 0;
-  // A cheap summary of the roots and their inputs (see `fingerprint`).
+  // A cheap summary of the graph's top: its first 64 arrays (see `fingerprint`).
   uint64_t fingerprint = 0;
 };
 
@@ -479,9 +479,10 @@ std::vector<mx::array> replay(const Recipe& recipe, const std::vector<mx::array>
 // The table is never destroyed: at exit, MLX's own state may be gone before static destructors
 // would run, and the table holds MLX primitives.
 std::mutex state_mutex;
-// Sightings before a structure is compiled, by the device its graph runs on (0: never). On the
-// CPU the default is off: MLX builds each fused kernel with the system C++ compiler, and the
-// measured CPU training steps were not faster (BENCHMARKS.md).
+// Sightings before a structure is compiled, by the device its graph runs on (0: never); the GPU
+// default is burn_mlx::fusion::DEFAULT_THRESHOLD. On the CPU the default is off: MLX builds each
+// fused kernel with the system C++ compiler, and the CPU Transformer step was not faster fused
+// (BENCHMARKS.md).
 std::atomic<int> gpu_threshold{5};
 std::atomic<int> cpu_threshold{0};
 
@@ -524,13 +525,13 @@ std::atomic<uint64_t> stat_evals{0}, stat_fused{0}, stat_compiled{0}, stat_faile
 
 // The primitives (not yet scheduled) that evaluating `roots` runs, each counted once.
 uint64_t count_pending(const std::vector<mx::array>& roots) {
-  std::unordered_map<std::uintptr_t, bool> seen;
+  std::unordered_set<std::uintptr_t> seen;
   std::vector<mx::array> stack(roots.begin(), roots.end());
   uint64_t n = 0;
   while (!stack.empty()) {
     mx::array a = std::move(stack.back());
     stack.pop_back();
-    if (is_leaf(a) || !seen.emplace(a.primitive_id(), true).second) {
+    if (is_leaf(a) || !seen.insert(a.primitive_id()).second) {
       continue;
     }
     n++;
