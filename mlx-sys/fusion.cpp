@@ -519,9 +519,16 @@ bool given_up_skips(uint64_t fp, bool& probe) {
   return true;
 }
 
+// Nanoseconds from `t` to now.
+uint64_t nanos_since(std::chrono::steady_clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t)
+          .count());
+}
+
 // Counters, read by `burn_mlx_fusion_stats`.
 std::atomic<uint64_t> stat_evals{0}, stat_fused{0}, stat_compiled{0}, stat_failed{0},
-    stat_nodes{0}, stat_fused_nodes{0}, stat_slower{0};
+    stat_nodes{0}, stat_fused_nodes{0}, stat_slower{0}, stat_pass_ns{0}, stat_call_ns{0};
 
 // The primitives (not yet scheduled) that evaluating `roots` runs, each counted once.
 uint64_t count_pending(const std::vector<mx::array>& roots) {
@@ -773,6 +780,11 @@ extern "C" int burn_mlx_eval(
     auto since = [&start] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
+    // The pass's own host time (walk, match, compiled function, rewiring, releasing the original
+    // graph), up to the hand-over to MLX's evaluation.
+    auto charge = [&start] {
+      stat_pass_ns += nanos_since(start);
+    };
     Graph g;
     for (const auto& root : roots) {
       if (!is_leaf(root)) {
@@ -795,6 +807,7 @@ extern "C" int burn_mlx_eval(
         give_up(g.fingerprint);
       }
       g = Graph{};
+      charge();
       plain(roots, wait);
       return 0;
     }
@@ -809,6 +822,7 @@ extern "C" int burn_mlx_eval(
       // the graph holds.
       g.leaves.clear();
       g.arrays.clear();
+      charge();
       plain(roots, wait);
       if (plan.measure) {
         record(g.hash, g.fingerprint, false, since());
@@ -817,7 +831,9 @@ extern "C" int burn_mlx_eval(
     }
     std::vector<mx::array> results;
     try {
+      auto call_start = std::chrono::steady_clock::now();
       results = plan.fn(g.leaves);
+      stat_call_ns += nanos_since(call_start);
       if (results.size() != plan.recipe->outputs.size()) {
         throw std::runtime_error("the compiled graph returned a different number of outputs");
       }
@@ -828,6 +844,7 @@ extern "C" int burn_mlx_eval(
       // Nothing was changed yet: evaluate the original graph, and never compile this again.
       mark_failed(g.hash, g.fingerprint);
       g.arrays.clear();
+      charge();
       plain(roots, wait);
       return 0;
     }
@@ -854,6 +871,7 @@ extern "C" int burn_mlx_eval(
       set_fused_nodes(g.hash, plan.fused_nodes);
     }
     stat_fused_nodes += plan.fused_nodes;
+    charge();
     plain(targets, wait);
     if (plan.measure) {
       record(g.hash, g.fingerprint, true, since());
@@ -878,9 +896,12 @@ extern "C" int burn_mlx_fusion_threshold(bool gpu) {
 
 // The pass's counters: evaluations, evaluations through a compiled graph, structures compiled,
 // structures whose compilation failed, primitives of the original graphs that ran through
-// compiled graphs, the primitives of the compiled graphs that replaced them, and structures
-// whose compiled graph was measured slower than the plain one (and dropped).
+// compiled graphs, the primitives of the compiled graphs that replaced them, structures whose
+// compiled graph was measured slower than the plain one (and dropped), the nanoseconds of host
+// time the pass itself spent, and the part of those spent inside compiled functions.
 extern "C" void burn_mlx_fusion_stats(uint64_t* out) {
+  out[8] = stat_call_ns.load();
+  out[7] = stat_pass_ns.load();
   out[5] = stat_fused_nodes.load();
   out[6] = stat_slower.load();
   out[0] = stat_evals.load();

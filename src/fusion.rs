@@ -57,6 +57,14 @@ pub struct FusionStats {
     /// Structures whose compiled graph was measured slower than their plain evaluation, and
     /// dropped (they are evaluated plainly from then on).
     pub slower: u64,
+    /// Host time the pass itself spent, in nanoseconds, before handing graphs to MLX's
+    /// evaluation: walking and hashing each graph, checking it against a recorded structure,
+    /// calling the compiled function, pointing the arrays the program holds at its results and
+    /// releasing the original graph. The device waits meanwhile.
+    pub pass_nanos: u64,
+    /// The part of `pass_nanos` spent inside MLX's compiled functions: their cache lookup and
+    /// building the compiled graph for the current inputs (its first call traces and compiles).
+    pub call_nanos: u64,
 }
 
 impl FusionStats {
@@ -70,14 +78,16 @@ impl FusionStats {
             primitives: self.primitives - earlier.primitives,
             fused_primitives: self.fused_primitives - earlier.fused_primitives,
             slower: self.slower - earlier.slower,
+            pass_nanos: self.pass_nanos - earlier.pass_nanos,
+            call_nanos: self.call_nanos - earlier.call_nanos,
         }
     }
 }
 
 /// The pass's counters so far.
 pub fn stats() -> FusionStats {
-    let mut out = [0u64; 7];
-    // SAFETY: the function writes exactly 7 counters.
+    let mut out = [0u64; 9];
+    // SAFETY: the function writes exactly 9 counters.
     unsafe { mlx_sys::burn_mlx_fusion_stats(out.as_mut_ptr()) };
     FusionStats {
         evaluations: out[0],
@@ -87,6 +97,8 @@ pub fn stats() -> FusionStats {
         primitives: out[4],
         fused_primitives: out[5],
         slower: out[6],
+        pass_nanos: out[7],
+        call_nanos: out[8],
     }
 }
 

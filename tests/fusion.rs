@@ -176,6 +176,55 @@ fn arrays_held_by_the_program_keep_their_values() {
     assert!(gained.fused >= 3, "{gained:?}");
 }
 
+/// Two held arrays that compute the same expression: MLX's `compile` merges them into one
+/// result, and both must still get its values (each becomes a copy of it). Also checks that the
+/// pass's host-time counters move.
+#[test]
+fn held_arrays_that_compile_to_one_result_both_get_it() {
+    let _turn = exclusive();
+    let device = MlxDevice::Cpu;
+    fusion::set_threshold(device, 1);
+    let before = fusion::stats();
+    let twice = |x: Tensor<Mlx, 2>| {
+        let mut y = x;
+        for i in 0..10 {
+            y = (y * 0.5 + (i as f32) * 0.25).tanh();
+        }
+        y
+    };
+    for round in 0..3 {
+        let x = Tensor::<Mlx, 2>::random([2, 6], Distribution::Default, &device);
+        let host: Vec<f32> = x.to_data().to_vec().unwrap();
+        let (a, b) = (twice(x.clone()), twice(x));
+        let sum: Vec<f32> = (a.clone() + b.clone()).into_data().to_vec().unwrap();
+        let a: Vec<f32> = a.into_data().to_vec().unwrap();
+        let b: Vec<f32> = b.into_data().to_vec().unwrap();
+        for (i, &v) in host.iter().enumerate() {
+            let mut y = v as f64;
+            for k in 0..10 {
+                y = (y * 0.5 + k as f64 * 0.25).tanh();
+            }
+            for (name, got) in [("a", a[i]), ("b", b[i]), ("a+b", sum[i] / 2.0)] {
+                assert!(
+                    (got as f64 - y).abs() < 1e-5,
+                    "round {round}, element {i}: {name} {got} vs {y}"
+                );
+            }
+        }
+    }
+    let gained = since(before);
+    fusion::set_threshold(device, 0);
+    assert!(gained.fused >= 2, "{gained:?}");
+    assert!(
+        gained.fused_primitives < gained.primitives,
+        "compiled graphs should have fewer primitives: {gained:?}"
+    );
+    assert!(
+        gained.pass_nanos > 0 && gained.call_nanos > 0 && gained.call_nanos < gained.pass_nanos,
+        "the pass's host time includes its compiled-function calls: {gained:?}"
+    );
+}
+
 #[test]
 fn graphs_that_differ_only_in_parameters_are_told_apart() {
     let _turn = exclusive();
