@@ -173,7 +173,7 @@ pub fn step_secs<B: AutodiffBackend, M: AutodiffModule<B>>(
     // `GPU_BENCH_TRACE=1`: every step's time, and how much of it went to building the lazy
     // graph (forward, backward, optimizer) before the loss was read back.
     let trace = std::env::var_os("GPU_BENCH_TRACE").is_some();
-    median_secs(warmup, budget, || {
+    let mut step = || {
         let t = Instant::now();
         let m = model
             .take()
@@ -191,5 +191,29 @@ pub fn step_secs<B: AutodiffBackend, M: AutodiffModule<B>>(
                 built.as_secs_f64() * 1e3
             );
         }
-    })
+    };
+    for _ in 0..warmup {
+        step();
+    }
+    // burn-mlx's fusion pass over the timed steps only (its counters are global and stay at
+    // zero on other backends): the one-time compilations fall in the warm-up steps.
+    let before = burn_mlx::fusion::stats();
+    let mut steps = 0usize;
+    let secs = median_secs(0, budget, || {
+        steps += 1;
+        step();
+    });
+    let pass = burn_mlx::fusion::stats().since(&before);
+    if pass.pass_nanos > 0 {
+        println!(
+            "{:<28} fusion pass: {:.3} ms of host time per timed step, {:.3} ms of it in \
+             compiled functions ({:.0} evaluations per step, {:.0} through compiled graphs)",
+            "",
+            pass.pass_nanos as f64 / steps as f64 / 1e6,
+            pass.call_nanos as f64 / steps as f64 / 1e6,
+            pass.evaluations as f64 / steps as f64,
+            pass.fused as f64 / steps as f64
+        );
+    }
+    secs
 }
