@@ -33,6 +33,18 @@ fn since(before: FusionStats) -> FusionStats {
     fusion::stats().since(&before)
 }
 
+/// Runs `body` with CPU graphs compiled at their first sighting, then turns CPU fusion off
+/// again; returns the counters gained meanwhile.
+fn fused_on_cpu(body: impl FnOnce(&MlxDevice)) -> FusionStats {
+    let device = MlxDevice::Cpu;
+    fusion::set_threshold(device, 1);
+    let before = fusion::stats();
+    body(&device);
+    let gained = since(before);
+    fusion::set_threshold(device, 0);
+    gained
+}
+
 #[derive(Module, Debug)]
 struct Mlp<B: burn::tensor::backend::Backend> {
     l1: Linear<B>,
@@ -140,80 +152,74 @@ fn chain(x: Tensor<Mlx, 2>) -> (Tensor<Mlx, 2>, Tensor<Mlx, 2>) {
 #[test]
 fn arrays_held_by_the_program_keep_their_values() {
     let _turn = exclusive();
-    let device = MlxDevice::Cpu;
-    fusion::set_threshold(device, 1);
-    let before = fusion::stats();
-    for round in 0..3 {
-        let x = Tensor::<Mlx, 2>::random([3, 5], Distribution::Default, &device);
-        let host: Vec<f32> = x.to_data().to_vec().unwrap();
-        let (mid, out) = chain(x);
-        // Reading `out` evaluates a graph whose midpoint `mid` is still held here.
-        let out: Vec<f32> = out.into_data().to_vec().unwrap();
-        let mid: Vec<f32> = mid.into_data().to_vec().unwrap();
-        for (i, &v) in host.iter().enumerate() {
-            let mut m = v;
-            for k in 0..10 {
-                m = m * 0.5 + (k as f32) * 0.1;
+    let gained = fused_on_cpu(|device| {
+        for round in 0..3 {
+            let x = Tensor::<Mlx, 2>::random([3, 5], Distribution::Default, device);
+            let host: Vec<f32> = x.to_data().to_vec().unwrap();
+            let (mid, out) = chain(x);
+            // Reading `out` evaluates a graph whose midpoint `mid` is still held here.
+            let out: Vec<f32> = out.into_data().to_vec().unwrap();
+            let mid: Vec<f32> = mid.into_data().to_vec().unwrap();
+            for (i, &v) in host.iter().enumerate() {
+                let mut m = v;
+                for k in 0..10 {
+                    m = m * 0.5 + (k as f32) * 0.1;
+                }
+                let mut o = m;
+                for _ in 0..10 {
+                    o = (o * o).sqrt() + 1.0;
+                }
+                assert!(
+                    (mid[i] - m).abs() < 1e-5,
+                    "round {round}: mid {} vs {m}",
+                    mid[i]
+                );
+                assert!(
+                    (out[i] - o).abs() < 1e-4,
+                    "round {round}: out {} vs {o}",
+                    out[i]
+                );
             }
-            let mut o = m;
-            for _ in 0..10 {
-                o = (o * o).sqrt() + 1.0;
-            }
-            assert!(
-                (mid[i] - m).abs() < 1e-5,
-                "round {round}: mid {} vs {m}",
-                mid[i]
-            );
-            assert!(
-                (out[i] - o).abs() < 1e-4,
-                "round {round}: out {} vs {o}",
-                out[i]
-            );
         }
-    }
-    let gained = since(before);
-    fusion::set_threshold(device, 0);
+    });
     assert!(gained.fused >= 3, "{gained:?}");
 }
 
-/// Two held arrays that compute the same expression: MLX's `compile` merges them into one
-/// result, and both must still get its values (each becomes a copy of it). Also checks that the
+/// Two held arrays that compute the same expression, which MLX's `compile` may merge into one
+/// result (its common-subexpression pass): both must still get the values. Also checks that the
 /// pass's host-time counters move.
 #[test]
 fn held_arrays_that_compile_to_one_result_both_get_it() {
     let _turn = exclusive();
-    let device = MlxDevice::Cpu;
-    fusion::set_threshold(device, 1);
-    let before = fusion::stats();
-    let twice = |x: Tensor<Mlx, 2>| {
+    let tanh_chain = |x: Tensor<Mlx, 2>| {
         let mut y = x;
         for i in 0..10 {
             y = (y * 0.5 + (i as f32) * 0.25).tanh();
         }
         y
     };
-    for round in 0..3 {
-        let x = Tensor::<Mlx, 2>::random([2, 6], Distribution::Default, &device);
-        let host: Vec<f32> = x.to_data().to_vec().unwrap();
-        let (a, b) = (twice(x.clone()), twice(x));
-        let sum: Vec<f32> = (a.clone() + b.clone()).into_data().to_vec().unwrap();
-        let a: Vec<f32> = a.into_data().to_vec().unwrap();
-        let b: Vec<f32> = b.into_data().to_vec().unwrap();
-        for (i, &v) in host.iter().enumerate() {
-            let mut y = v as f64;
-            for k in 0..10 {
-                y = (y * 0.5 + k as f64 * 0.25).tanh();
-            }
-            for (name, got) in [("a", a[i]), ("b", b[i]), ("a+b", sum[i] / 2.0)] {
-                assert!(
-                    (got as f64 - y).abs() < 1e-5,
-                    "round {round}, element {i}: {name} {got} vs {y}"
-                );
+    let gained = fused_on_cpu(|device| {
+        for round in 0..3 {
+            let x = Tensor::<Mlx, 2>::random([2, 6], Distribution::Default, device);
+            let host: Vec<f32> = x.to_data().to_vec().unwrap();
+            let (a, b) = (tanh_chain(x.clone()), tanh_chain(x));
+            let sum: Vec<f32> = (a.clone() + b.clone()).into_data().to_vec().unwrap();
+            let a: Vec<f32> = a.into_data().to_vec().unwrap();
+            let b: Vec<f32> = b.into_data().to_vec().unwrap();
+            for (i, &v) in host.iter().enumerate() {
+                let mut y = v as f64;
+                for k in 0..10 {
+                    y = (y * 0.5 + k as f64 * 0.25).tanh();
+                }
+                for (name, got) in [("a", a[i]), ("b", b[i]), ("a+b", sum[i] / 2.0)] {
+                    assert!(
+                        (got as f64 - y).abs() < 1e-5,
+                        "round {round}, element {i}: {name} {got} vs {y}"
+                    );
+                }
             }
         }
-    }
-    let gained = since(before);
-    fusion::set_threshold(device, 0);
+    });
     assert!(gained.fused >= 2, "{gained:?}");
     assert!(
         gained.fused_primitives < gained.primitives,
@@ -228,37 +234,35 @@ fn held_arrays_that_compile_to_one_result_both_get_it() {
 #[test]
 fn graphs_that_differ_only_in_parameters_are_told_apart() {
     let _turn = exclusive();
-    let device = MlxDevice::Cpu;
-    fusion::set_threshold(device, 1);
     let data: Vec<f32> = (0..16).map(|i| i as f32).collect();
-    let before = fusion::stats();
-    for round in 0..4 {
-        // The same primitives, shapes and wiring; only the scanned axis differs.
-        let axis = round % 2;
-        let x = Tensor::<Mlx, 2>::from_data(TensorData::new(data.clone(), [4, 4]), &device);
-        let mut y = x;
-        for _ in 0..8 {
-            y = y * 1.0 + 0.0;
+    let gained = fused_on_cpu(|device| {
+        for round in 0..4 {
+            // The same primitives, shapes and wiring; only the scanned axis differs.
+            let axis = round % 2;
+            let x = Tensor::<Mlx, 2>::from_data(TensorData::new(data.clone(), [4, 4]), device);
+            let mut y = x;
+            for _ in 0..8 {
+                y = y * 1.0 + 0.0;
+            }
+            let sums: Vec<f32> = y.cumsum(axis).into_data().to_vec().unwrap();
+            let expected: Vec<f32> = (0..16)
+                .map(|i| {
+                    let (r, c) = (i / 4, i % 4);
+                    (0..=if axis == 0 { r } else { c })
+                        .map(|k| {
+                            if axis == 0 {
+                                data[k * 4 + c]
+                            } else {
+                                data[r * 4 + k]
+                            }
+                        })
+                        .sum()
+                })
+                .collect();
+            assert_eq!(sums, expected, "round {round}, axis {axis}");
         }
-        let sums: Vec<f32> = y.cumsum(axis).into_data().to_vec().unwrap();
-        let expected: Vec<f32> = (0..16)
-            .map(|i| {
-                let (r, c) = (i / 4, i % 4);
-                (0..=if axis == 0 { r } else { c })
-                    .map(|k| {
-                        if axis == 0 {
-                            data[k * 4 + c]
-                        } else {
-                            data[r * 4 + k]
-                        }
-                    })
-                    .sum()
-            })
-            .collect();
-        assert_eq!(sums, expected, "round {round}, axis {axis}");
-    }
-    fusion::set_threshold(device, 0);
-    assert!(since(before).fused >= 2);
+    });
+    assert!(gained.fused >= 2, "{gained:?}");
 }
 
 /// `first(x)`, then `ops` elementwise ops, summed to a scalar: graphs whose tops agree for the
