@@ -204,7 +204,7 @@ pub fn step_secs<B: AutodiffBackend, M: AutodiffModule<B>>(
         step();
     });
     let pass = burn_mlx::fusion::stats().since(&before);
-    if pass.pass_nanos > 0 {
+    if pass.fused > 0 {
         println!(
             "{:<28} fusion pass: {:.3} ms of host time per timed step, {:.3} ms of it in \
              compiled functions ({:.0} evaluations per step, {:.0} through compiled graphs)",
