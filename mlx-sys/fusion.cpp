@@ -20,7 +20,10 @@
 // 5. Later graphs with the same structure are checked node by node against the recipe (same
 //    primitive class and `is_equivalent` parameters, same stream) and evaluated through the
 //    compiled function: each output array of the original graph becomes a `Copy` (a buffer
-//    share, no kernel) of the matching compiled output, and MLX evaluates those.
+//    share, no kernel) of the matching compiled output, and MLX evaluates those. A graph whose
+//    top (see `fingerprint`) was last evaluated through a compiled structure skips steps 1-3:
+//    one walk compares it with that structure's recipe as it goes (`verify`) and records
+//    nothing; only if it differs is it walked in full.
 // 6. Fusion is not always faster (MLX's fused kernels cost host time per launch too, and a
 //    compiled graph can be slower than the hand-written kernels it replaces), so each structure
 //    is measured: the evaluation calls before compiling (but the first) and the compiled ones
@@ -78,6 +81,14 @@ struct Recipe {
   std::vector<Node> nodes;
   size_t n_leaves = 0;
   std::vector<Ref> outputs;
+  // The inputs' shapes and dtypes, in the order of `leaves`.
+  std::vector<mx::Shape> leaf_shapes;
+  std::vector<mx::Dtype> leaf_dtypes;
+  // Whether a node has several outputs (such recipes are matched by a full walk only).
+  bool multi_output = false;
+  // For each node (single-output recipes only), the handles that a full walk found the graph
+  // itself holding on its array: one in `Graph::arrays`, one per use as an input.
+  std::vector<long> inside;
 };
 
 // The pending graph of one evaluation.
@@ -123,6 +134,16 @@ bool debug() {
   static const bool on = [] {
     const char* v = std::getenv("BURN_MLX_FUSION_DEBUG");
     return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+// `BURN_MLX_FUSION_RECOGNIZE=0`: every graph is walked in full, as before `verify` existed (for
+// measuring what it saves; see docs/fusion.md).
+bool recognize() {
+  static const bool on = [] {
+    const char* v = std::getenv("BURN_MLX_FUSION_RECOGNIZE");
+    return v == nullptr || v[0] != '0';
   }();
   return on;
 }
@@ -380,6 +401,15 @@ Walked walk(const std::vector<mx::array>& roots, Graph& g) {
       }
     }
   }
+  for (const auto& outputs_of_node : g.arrays) {
+    g.recipe.multi_output = g.recipe.multi_output || outputs_of_node.size() > 1;
+  }
+  if (!g.recipe.multi_output) {
+    g.recipe.inside.reserve(g.arrays.size());
+    for (const auto& outputs_of_node : g.arrays) {
+      g.recipe.inside.push_back(refs.find(outputs_of_node[0].id())->inside);
+    }
+  }
   std::sort(outputs.begin(), outputs.end(), [](const Ref& a, const Ref& b) {
     return a.node != b.node ? a.node < b.node : a.index < b.index;
   });
@@ -389,7 +419,11 @@ Walked walk(const std::vector<mx::array>& roots, Graph& g) {
   // The structure's hash.
   uint64_t h = 0xcbf29ce484222325ULL;
   mix(h, g.leaves.size());
+  g.recipe.leaf_shapes.reserve(g.leaves.size());
+  g.recipe.leaf_dtypes.reserve(g.leaves.size());
   for (const auto& leaf : g.leaves) {
+    g.recipe.leaf_shapes.push_back(leaf.shape());
+    g.recipe.leaf_dtypes.push_back(leaf.dtype());
     mix(h, static_cast<uint64_t>(leaf.dtype().val()));
     mix(h, leaf.ndim());
     for (auto d : leaf.shape()) {
@@ -444,6 +478,118 @@ bool matches(const Graph& g, const Recipe& recipe) {
         a.primitive->stream() != b.primitive->stream() || !pa.is_equivalent(pb)) {
       return false;
     }
+  }
+  return true;
+}
+
+// Whether the pending graph of `roots` has exactly the structure of `recipe`, checked in one
+// walk that records nothing: the fast path for a step that recurs. The full walk (`walk`, then
+// the hash, then `matches`) copies every node into a `Node` (a primitive handle and three small
+// vectors) and every array into `Graph::arrays`; on the H100's host that cost 1.3-1.6 us per
+// primitive, 5-7 ms of a 1,758-primitive step. This walk visits the arrays in the same order
+// through pointers (the roots hold the graph, and nothing changes it meanwhile), compares each
+// node with the recipe's as it finishes, and counts a node as an output the way `walk` does,
+// from the handles on it less the graph's own (`Recipe::inside`, less the one `Graph::arrays`
+// held). On success, `leaves` holds the inputs and `originals` the arrays that the recipe's
+// outputs name, in their order.
+bool verify(
+    const std::vector<mx::array>& roots,
+    const Recipe& recipe,
+    std::vector<mx::array>& leaves,
+    std::vector<mx::array>& originals) {
+  if (recipe.multi_output) {
+    return false;
+  }
+  IdTable refs(recipe.nodes.size() + recipe.n_leaves);
+  std::vector<const mx::array*> nodes;
+  nodes.reserve(recipe.nodes.size());
+  leaves.reserve(recipe.n_leaves);
+  std::vector<std::pair<const mx::array*, size_t>> stack;
+  for (const auto& root : roots) {
+    if (refs.find(root.id()) != nullptr || is_leaf(root)) {
+      continue;
+    }
+    stack.emplace_back(&root, 0);
+    while (!stack.empty()) {
+      const mx::array& top = *stack.back().first;
+      size_t next = stack.back().second;
+      if (next < top.inputs().size()) {
+        stack.back().second++;
+        const mx::array& in = top.inputs()[next];
+        if (refs.find(in.id()) != nullptr) {
+          continue;
+        }
+        if (in.is_tracer()) {
+          return false;
+        }
+        if (is_leaf(in)) {
+          size_t k = leaves.size();
+          if (k >= recipe.n_leaves || in.dtype() != recipe.leaf_dtypes[k] ||
+              in.shape() != recipe.leaf_shapes[k]) {
+            return false;
+          }
+          refs.insert(in.id(), Ref{-1, static_cast<int32_t>(k)});
+          leaves.push_back(in);
+        } else {
+          stack.emplace_back(&in, 0);
+        }
+        continue;
+      }
+      stack.pop_back();
+      if (refs.find(top.id()) != nullptr) {
+        continue;
+      }
+      size_t n = nodes.size();
+      if (n >= recipe.nodes.size() || top.is_tracer() || !top.siblings().empty()) {
+        return false;
+      }
+      const Node& want = recipe.nodes[n];
+      mx::Primitive& p = top.primitive();
+      mx::Primitive& q = *want.primitive;
+      if (typeid(p) != typeid(q) || std::strcmp(p.name(), q.name()) != 0 ||
+          p.stream() != q.stream() || top.dtype() != want.dtypes[0] ||
+          top.shape() != want.shapes[0] || top.inputs().size() != want.inputs.size()) {
+        return false;
+      }
+      for (size_t j = 0; j < want.inputs.size(); ++j) {
+        if (!(refs.find(top.inputs()[j].id())->ref == want.inputs[j])) {
+          return false;
+        }
+      }
+      if (!p.is_equivalent(q)) {
+        return false;
+      }
+      refs.insert(top.id(), Ref{static_cast<int32_t>(n), 0});
+      nodes.push_back(&top);
+    }
+  }
+  if (nodes.size() != recipe.nodes.size() || leaves.size() != recipe.n_leaves) {
+    return false;
+  }
+  // The outputs: the roots, and every array held from outside the graph.
+  std::vector<bool> is_output(nodes.size(), false);
+  for (const auto& root : roots) {
+    auto* slot = refs.find(root.id());
+    if (slot != nullptr && slot->ref.node >= 0) {
+      is_output[slot->ref.node] = true;
+    }
+  }
+  size_t k = 0;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (!is_output[n] && handles(*nodes[n]) + 1 <= recipe.inside[n]) {
+      continue;
+    }
+    if (k >= recipe.outputs.size() || recipe.outputs[k].node != static_cast<int32_t>(n)) {
+      return false;
+    }
+    k++;
+  }
+  if (k != recipe.outputs.size()) {
+    return false;
+  }
+  originals.reserve(k);
+  for (const auto& r : recipe.outputs) {
+    originals.push_back(*nodes[r.node]);
   }
   return true;
 }
@@ -528,7 +674,8 @@ uint64_t nanos_since(std::chrono::steady_clock::time_point t) {
 
 // Counters, read by `burn_mlx_fusion_stats`.
 std::atomic<uint64_t> stat_evals{0}, stat_fused{0}, stat_compiled{0}, stat_failed{0},
-    stat_nodes{0}, stat_fused_nodes{0}, stat_slower{0}, stat_pass_ns{0}, stat_call_ns{0};
+    stat_nodes{0}, stat_fused_nodes{0}, stat_slower{0}, stat_pass_ns{0}, stat_call_ns{0},
+    stat_recognized{0};
 
 // The primitives (not yet scheduled) that evaluating `roots` runs, each counted once.
 uint64_t count_pending(const std::vector<mx::array>& roots) {
@@ -639,6 +786,64 @@ void note_structure(bool is_new) {
   }
 }
 
+// Fingerprints of graphs last evaluated through a compiled structure, with that structure's
+// hash: the next evaluation with the same fingerprint is checked against its recipe by `verify`
+// before it is walked in full (under `state_mutex`).
+std::unordered_map<uint64_t, uint64_t>& recurring = *new std::unordered_map<uint64_t, uint64_t>();
+
+void remember_recurring(uint64_t fp, uint64_t hash) {
+  if (recurring.size() > max_seen) {
+    recurring.clear();
+  }
+  recurring[fp] = hash;
+}
+
+// A compiled structure that graphs with a given fingerprint were last evaluated through.
+struct Known {
+  uint64_t hash = 0;
+  std::shared_ptr<const Recipe> recipe;
+};
+
+// The compiled structure last evaluated for fingerprint `fp`, if it is still compiled.
+Known known_for(uint64_t fp) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  auto it = recurring.find(fp);
+  if (it == recurring.end()) {
+    return {};
+  }
+  auto e = entries.find(it->second);
+  if (e == entries.end() || !e->second.compiled) {
+    recurring.erase(it);
+    return {};
+  }
+  return {it->second, e->second.recipe};
+}
+
+// The plan for a graph that `verify` found to have the structure `known` (matched), or that it
+// did not (the fingerprint's next graph is walked in full).
+Plan plan_known(const Known& known, uint64_t fp, bool matched) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  auto it = entries.find(known.hash);
+  if (!matched || it == entries.end() || !it->second.compiled) {
+    recurring.erase(fp);
+    return {};
+  }
+  Entry& e = it->second;
+  e.seen++;
+  e.last_used = ++clock_;
+  note_structure(false);
+  if (debug()) {
+    std::fprintf(
+        stderr,
+        "burn-mlx fusion: %zu nodes, structure %016llx seen %llu (compiled, recognized without "
+        "a full walk)\n",
+        known.recipe->nodes.size(),
+        static_cast<unsigned long long>(known.hash),
+        static_cast<unsigned long long>(e.seen));
+  }
+  return {e.compiled, e.recipe, e.fused_samples <= fused_trials, e.fused_nodes};
+}
+
 // The plan for `g`: its structure's compiled function once it has been seen `threshold` times
 // (compiled now if needed), unless compiling failed or the compiled graph was measured slower.
 Plan plan_for(Graph& g) {
@@ -667,6 +872,7 @@ Plan plan_for(Graph& g) {
     if (!matches(g, *e.recipe)) {
       return {};
     }
+    remember_recurring(g.fingerprint, g.hash);
     return {e.compiled, e.recipe, e.fused_samples <= fused_trials, e.fused_nodes};
   }
   if (e.seen < static_cast<uint64_t>(g.threshold)) {
@@ -678,6 +884,7 @@ Plan plan_for(Graph& g) {
   }
   auto recipe = std::make_shared<const Recipe>(std::move(g.recipe));
   e.recipe = recipe;
+  remember_recurring(g.fingerprint, g.hash);
   e.compiled = mx::compile(
       [recipe](const std::vector<mx::array>& inputs) { return replay(*recipe, inputs); });
   auto fn = e.compiled;
@@ -799,35 +1006,61 @@ extern "C" int burn_mlx_eval(
       std::lock_guard<std::mutex> lock(state_mutex);
       skip = given_up_skips(g.fingerprint, probe) || (!probe && skipping());
     }
-    Walked walked = skip ? Walked::Small : walk(roots, g);
-    if (walked != Walked::Fusable) {
-      if (walked == Walked::Unfusable) {
-        std::lock_guard<std::mutex> lock(state_mutex);
-        note_structure(true);
-        give_up(g.fingerprint);
-      }
-      g = Graph{};
-      charge();
-      plain(roots, wait);
-      return 0;
+    // A graph whose fingerprint was last evaluated through a compiled structure is first checked
+    // against that structure's recipe, without a full walk.
+    Plan plan;
+    std::vector<mx::array> originals;
+    Known known;
+    if (!skip && recognize()) {
+      known = known_for(g.fingerprint);
     }
-    auto plan = plan_for(g);
-    if (probe && !plan.given_up) {
-      // A probe found a live structure behind a given-up fingerprint: stop skipping it.
-      std::lock_guard<std::mutex> lock(state_mutex);
-      given_up.erase(g.fingerprint);
+    if (known.recipe) {
+      bool matched = verify(roots, *known.recipe, g.leaves, originals);
+      plan = plan_known(known, g.fingerprint, matched);
+      if (plan.fn) {
+        g.hash = known.hash;
+        stat_recognized++;
+      } else {
+        g.leaves.clear();
+        originals.clear();
+      }
     }
     if (!plan.fn) {
-      // Drop the walk's handles first, so that MLX may reuse the buffers of arrays that only
-      // the graph holds.
-      g.leaves.clear();
-      g.arrays.clear();
-      charge();
-      plain(roots, wait);
-      if (plan.measure) {
-        record(g.hash, g.fingerprint, false, since());
+      Walked walked = skip ? Walked::Small : walk(roots, g);
+      if (walked != Walked::Fusable) {
+        if (walked == Walked::Unfusable) {
+          std::lock_guard<std::mutex> lock(state_mutex);
+          note_structure(true);
+          give_up(g.fingerprint);
+        }
+        g = Graph{};
+        charge();
+        plain(roots, wait);
+        return 0;
       }
-      return 0;
+      plan = plan_for(g);
+      if (probe && !plan.given_up) {
+        // A probe found a live structure behind a given-up fingerprint: stop skipping it.
+        std::lock_guard<std::mutex> lock(state_mutex);
+        given_up.erase(g.fingerprint);
+      }
+      if (!plan.fn) {
+        // Drop the walk's handles first, so that MLX may reuse the buffers of arrays that only
+        // the graph holds.
+        g.leaves.clear();
+        g.arrays.clear();
+        charge();
+        plain(roots, wait);
+        if (plan.measure) {
+          record(g.hash, g.fingerprint, false, since());
+        }
+        return 0;
+      }
+      originals.reserve(plan.recipe->outputs.size());
+      for (const Ref& r : plan.recipe->outputs) {
+        originals.push_back(g.arrays[r.node][r.index]);
+      }
+      g.arrays.clear();
     }
     std::vector<mx::array> results;
     try {
@@ -843,36 +1076,32 @@ extern "C" int burn_mlx_eval(
       }
       // Nothing was changed yet: evaluate the original graph, and never compile this again.
       mark_failed(g.hash, g.fingerprint);
-      g.arrays.clear();
+      g.leaves.clear();
+      originals.clear();
       charge();
       plain(roots, wait);
       return 0;
     }
     // Each output array of the original graph becomes a copy (a buffer share, no kernel) of the
     // compiled graph's matching output; the rest of the original graph is then held by nothing.
-    std::vector<mx::array> targets;
-    targets.reserve(results.size());
     for (size_t k = 0; k < results.size(); ++k) {
-      const Ref& r = plan.recipe->outputs[k];
-      mx::array original = g.arrays[r.node][r.index];
+      mx::array& original = originals[k];
       mx::array copy = mx::copy(results[k], original.primitive().stream());
       original.primitive_ptr() = copy.primitive_ptr();
       original.inputs() = copy.inputs();
       original.set_siblings({}, 0);
-      targets.push_back(std::move(original));
     }
     results.clear();
-    g.arrays.clear();
     g.leaves.clear();
     stat_fused++;
     stat_nodes += plan.recipe->nodes.size();
     if (plan.fused_nodes == 0) {
-      plan.fused_nodes = count_pending(targets);
+      plan.fused_nodes = count_pending(originals);
       set_fused_nodes(g.hash, plan.fused_nodes);
     }
     stat_fused_nodes += plan.fused_nodes;
     charge();
-    plain(targets, wait);
+    plain(originals, wait);
     if (plan.measure) {
       record(g.hash, g.fingerprint, true, since());
     }
@@ -898,8 +1127,10 @@ extern "C" int burn_mlx_fusion_threshold(bool gpu) {
 // structures whose compilation failed, primitives of the original graphs that ran through
 // compiled graphs, the primitives of the compiled graphs that replaced them, structures whose
 // compiled graph was measured slower than the plain one (and dropped), the nanoseconds of host
-// time the pass itself spent, and the part of those spent inside compiled functions.
+// time the pass itself spent, the part of those spent inside compiled functions, and the
+// evaluations whose graph `verify` recognized as a compiled structure without a full walk.
 extern "C" void burn_mlx_fusion_stats(uint64_t* out) {
+  out[9] = stat_recognized.load();
   out[8] = stat_call_ns.load();
   out[7] = stat_pass_ns.load();
   out[5] = stat_fused_nodes.load();
@@ -916,6 +1147,7 @@ extern "C" void burn_mlx_fusion_clear() {
   std::lock_guard<std::mutex> lock(state_mutex);
   entries.clear();
   given_up.clear();
+  recurring.clear();
   misses = 0;
   skip_len = min_skip;
   skip_left = 0;

@@ -65,6 +65,10 @@ pub struct FusionStats {
     /// The part of `pass_nanos` spent inside MLX's compiled functions: their cache lookup and
     /// building the compiled graph for the current inputs (its first call traces and compiles).
     pub call_nanos: u64,
+    /// Fused evaluations whose graph was recognized as the compiled structure last evaluated
+    /// with the same top, by one check against its recipe instead of a full walk, hash and
+    /// match (`BURN_MLX_FUSION_RECOGNIZE=0` turns this off).
+    pub recognized: u64,
 }
 
 impl FusionStats {
@@ -80,14 +84,15 @@ impl FusionStats {
             slower: self.slower - earlier.slower,
             pass_nanos: self.pass_nanos - earlier.pass_nanos,
             call_nanos: self.call_nanos - earlier.call_nanos,
+            recognized: self.recognized - earlier.recognized,
         }
     }
 }
 
 /// The pass's counters so far.
 pub fn stats() -> FusionStats {
-    let mut out = [0u64; 9];
-    // SAFETY: the function writes exactly 9 counters.
+    let mut out = [0u64; 10];
+    // SAFETY: the function writes exactly 10 counters.
     unsafe { mlx_sys::burn_mlx_fusion_stats(out.as_mut_ptr()) };
     FusionStats {
         evaluations: out[0],
@@ -99,6 +104,7 @@ pub fn stats() -> FusionStats {
         slower: out[6],
         pass_nanos: out[7],
         call_nanos: out[8],
+        recognized: out[9],
     }
 }
 

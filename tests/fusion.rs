@@ -1,7 +1,8 @@
 //! Automatic fusion (`burn_mlx::fusion`): recurring graphs evaluated through MLX's `compile` give
 //! the same values as plain evaluation, arrays the program still holds keep their values,
-//! structures that differ only in a primitive's parameters are told apart, and a graph the pass
-//! gave up on does not keep another with the same top from being fused.
+//! structures that differ only in a primitive's parameters are told apart, a graph the pass
+//! gave up on does not keep another with the same top from being fused, and a recurring graph is
+//! recognized without a full walk but never taken for another with the same top.
 //!
 //! The pass is off for CPU graphs by default; these tests turn it on for the CPU (MLX builds the
 //! fused CPU kernels with the system C++ compiler, once, and caches them under the temporary
@@ -153,7 +154,7 @@ fn chain(x: Tensor<Mlx, 2>) -> (Tensor<Mlx, 2>, Tensor<Mlx, 2>) {
 fn arrays_held_by_the_program_keep_their_values() {
     let _turn = exclusive();
     let gained = fused_on_cpu(|device| {
-        for round in 0..3 {
+        for round in 0..4 {
             let x = Tensor::<Mlx, 2>::random([3, 5], Distribution::Default, device);
             let host: Vec<f32> = x.to_data().to_vec().unwrap();
             let (mid, out) = chain(x);
@@ -182,7 +183,9 @@ fn arrays_held_by_the_program_keep_their_values() {
             }
         }
     });
-    assert!(gained.fused >= 3, "{gained:?}");
+    assert!(gained.fused >= 4, "{gained:?}");
+    // The first round compiles the structure; the later ones are recognized without a full walk.
+    assert!(gained.recognized >= 3, "{gained:?}");
 }
 
 /// Two held arrays that compute the same expression, which MLX's `compile` may merge into one
@@ -270,7 +273,7 @@ fn graphs_that_differ_only_in_parameters_are_told_apart() {
 fn long_tail(x: Tensor<Mlx, 2>, first: fn(Tensor<Mlx, 2>) -> Tensor<Mlx, 2>, ops: usize) -> f32 {
     let mut y = first(x);
     for i in 0..ops {
-        y = y * 0.5 + (i % 3) as f32;
+        y = y * 0.99 + (i % 3) as f32;
     }
     y.sum().into_scalar()
 }
@@ -292,7 +295,7 @@ fn fused_after_a_given_up_graph(ops: usize, rounds: usize) -> u64 {
         .map(|i| {
             let mut y = (i as f64 / 15.0).exp();
             for k in 0..ops {
-                y = y * 0.5 + (k % 3) as f64;
+                y = y * 0.99 + (k % 3) as f64;
             }
             y
         })
@@ -325,4 +328,47 @@ fn a_graph_that_shares_a_given_up_fingerprint_is_fused_after_a_probe() {
     // skipped as given up until a probe (every 16th evaluation) walks it and lifts the mark.
     let fused = fused_after_a_given_up_graph(60, 24);
     assert!(fused >= 4, "{fused} of 24 evaluations fused");
+}
+
+/// Graphs with the same top (the fingerprint) and a different body, in runs of three: the first
+/// graph of each run is told apart from the structure recognized before it (a wrong match would
+/// give the other function's value), and the rest of the run is recognized.
+#[test]
+fn a_recognized_structure_is_not_taken_for_another_with_the_same_top() {
+    let _turn = exclusive();
+    // 40 ops: the bodies differ deeper than the fingerprint's 64 arrays (a depth-first walk
+    // down the chain, two arrays per op), and the first op still weighs 0.99^40 in the value,
+    // so exp and sin give sums that differ.
+    let ops = 40;
+    let data: Vec<f32> = (0..15).map(|i| i as f32 / 15.0).collect();
+    let expected = |first: fn(f64) -> f64| -> f64 {
+        data.iter()
+            .map(|&v| {
+                let mut y = first(v as f64);
+                for k in 0..ops {
+                    y = y * 0.99 + (k % 3) as f64;
+                }
+                y
+            })
+            .sum()
+    };
+    let runs: [(fn(Tensor<Mlx, 2>) -> Tensor<Mlx, 2>, f64); 3] = [
+        (|x| x.exp(), expected(f64::exp)),
+        (|x| x.sin(), expected(f64::sin)),
+        (|x| x.exp(), expected(f64::exp)),
+    ];
+    let gained = fused_on_cpu(|device| {
+        let x = Tensor::<Mlx, 2>::from_data(TensorData::new(data.clone(), [3, 5]), device);
+        for (run, (first, want)) in runs.iter().enumerate() {
+            for round in 0..3 {
+                let v = long_tail(x.clone(), *first, ops) as f64;
+                assert!(
+                    (v - want).abs() <= 1e-4 * want.abs(),
+                    "run {run}, round {round}: {v} vs {want}"
+                );
+            }
+        }
+    });
+    assert_eq!(gained.fused, 9, "{gained:?}");
+    assert_eq!(gained.recognized, 6, "{gained:?}");
 }

@@ -42,11 +42,12 @@ unsafe extern "C" {
     pub fn burn_mlx_fusion_set_threshold(gpu: bool, n: ::std::os::raw::c_int);
     /// The current threshold for the GPU (`gpu`) or the CPU.
     pub fn burn_mlx_fusion_threshold(gpu: bool) -> ::std::os::raw::c_int;
-    /// Writes 9 counters: evaluations, fused evaluations, structures compiled, failed
+    /// Writes 10 counters: evaluations, fused evaluations, structures compiled, failed
     /// compilations, primitives of the original graphs evaluated through compiled graphs, the
     /// primitives of the compiled graphs that replaced them, structures whose compiled graph
-    /// was measured slower and dropped, nanoseconds of the pass's own host time, and the
-    /// nanoseconds of it spent inside compiled functions.
+    /// was measured slower and dropped, nanoseconds of the pass's own host time, the
+    /// nanoseconds of it spent inside compiled functions, and the evaluations recognized as a
+    /// compiled structure without a full walk.
     pub fn burn_mlx_fusion_stats(out: *mut u64);
     /// Forgets every recorded structure and compiled function.
     pub fn burn_mlx_fusion_clear();
