@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -489,19 +490,19 @@ bool matches(const Graph& g, const Recipe& recipe) {
 // primitive, 5-7 ms of a 1,758-primitive step. This walk visits the arrays in the same order
 // through pointers (the roots hold the graph, and nothing changes it meanwhile), compares each
 // node with the recipe's as it finishes, and counts a node as an output the way `walk` does,
-// from the handles on it less the graph's own (`Recipe::inside`, less the one `Graph::arrays`
-// held). On success, `leaves` holds the inputs and `originals` the arrays that the recipe's
-// outputs name, in their order.
+// from the handles on it less the graph's own (`Recipe::inside`; `nodes` holds one, as
+// `Graph::arrays` does). On success, `leaves` holds the inputs, `nodes` every node's array in the recipe's order
+// and `originals` the arrays that the recipe's outputs name, in their order.
 bool verify(
     const std::vector<mx::array>& roots,
     const Recipe& recipe,
     std::vector<mx::array>& leaves,
+    std::vector<mx::array>& nodes,
     std::vector<mx::array>& originals) {
   if (recipe.multi_output) {
     return false;
   }
   IdTable refs(recipe.nodes.size() + recipe.n_leaves);
-  std::vector<const mx::array*> nodes;
   nodes.reserve(recipe.nodes.size());
   leaves.reserve(recipe.n_leaves);
   std::vector<std::pair<const mx::array*, size_t>> stack;
@@ -560,7 +561,7 @@ bool verify(
         return false;
       }
       refs.insert(top.id(), Ref{static_cast<int32_t>(n), 0});
-      nodes.push_back(&top);
+      nodes.push_back(top);
     }
   }
   if (nodes.size() != recipe.nodes.size() || leaves.size() != recipe.n_leaves) {
@@ -576,7 +577,7 @@ bool verify(
   }
   size_t k = 0;
   for (size_t n = 0; n < nodes.size(); ++n) {
-    if (!is_output[n] && handles(*nodes[n]) + 1 <= recipe.inside[n]) {
+    if (!is_output[n] && handles(nodes[n]) <= recipe.inside[n]) {
       continue;
     }
     if (k >= recipe.outputs.size() || recipe.outputs[k].node != static_cast<int32_t>(n)) {
@@ -589,9 +590,49 @@ bool verify(
   }
   originals.reserve(k);
   for (const auto& r : recipe.outputs) {
-    originals.push_back(*nodes[r.node]);
+    originals.push_back(nodes[r.node]);
   }
   return true;
+}
+
+// `BURN_MLX_FUSION_RELEASE=mlx`: the original graph of a fused evaluation is freed by MLX's array
+// destructor alone, as before `free_graph` existed (for measuring what it saves; see
+// docs/fusion.md).
+bool release_by_mlx() {
+  static const bool on = [] {
+    const char* v = std::getenv("BURN_MLX_FUSION_RELEASE");
+    return v != nullptr && std::strcmp(v, "mlx") == 0;
+  }();
+  return on;
+}
+
+// Frees the original graph of a fused evaluation, once its outputs point at the compiled
+// results: `nodes` holds every node's array in the recipe's order (empty for recipes with
+// multi-output nodes, which MLX's destructor frees alone), `outputs` names the outputs. MLX's
+// array destructor, for an array whose inputs are not empty, gathers them in a hash map before
+// letting them go (so that freeing a long chain does not recurse); that was 2.4-2.9 ms of the
+// decoder LM's step on the H100's host. Taking every other node's inputs first, into one
+// vector, lets each destructor return at once. Nodes that are not outputs are held by nothing
+// outside the graph (see `walk`), so emptying them changes nothing anyone can see.
+void free_graph(std::vector<mx::array>& nodes, const std::vector<Ref>& outputs) {
+  if (!release_by_mlx()) {
+    std::vector<mx::array> inputs;
+    inputs.reserve(nodes.size() * 2);
+    size_t k = 0;
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      while (k < outputs.size() && outputs[k].node < static_cast<int32_t>(n)) {
+        k++;
+      }
+      if (k < outputs.size() && outputs[k].node == static_cast<int32_t>(n)) {
+        continue; // its inputs are the compiled result's now
+      }
+      auto& ins = nodes[n].inputs();
+      std::move(ins.begin(), ins.end(), std::back_inserter(inputs));
+      ins.clear();
+    }
+    inputs.clear();
+  }
+  nodes.clear();
 }
 
 // Builds the recorded graph again on `inputs` (the tracers of MLX's compile).
@@ -1010,18 +1051,21 @@ extern "C" int burn_mlx_eval(
     // against that structure's recipe, without a full walk.
     Plan plan;
     std::vector<mx::array> originals;
+    // Every node's array, in the recipe's order, while the original graph is rewired.
+    std::vector<mx::array> nodes;
     Known known;
     if (!skip && recognize()) {
       known = known_for(g.fingerprint);
     }
     if (known.recipe) {
-      bool matched = verify(roots, *known.recipe, g.leaves, originals);
+      bool matched = verify(roots, *known.recipe, g.leaves, nodes, originals);
       plan = plan_known(known, g.fingerprint, matched);
       if (plan.fn) {
         g.hash = known.hash;
         stat_recognized++;
       } else {
         g.leaves.clear();
+        nodes.clear();
         originals.clear();
       }
     }
@@ -1060,6 +1104,12 @@ extern "C" int burn_mlx_eval(
       for (const Ref& r : plan.recipe->outputs) {
         originals.push_back(g.arrays[r.node][r.index]);
       }
+      if (!plan.recipe->multi_output) {
+        nodes.reserve(g.arrays.size());
+        for (auto& outputs_of_node : g.arrays) {
+          nodes.push_back(std::move(outputs_of_node[0]));
+        }
+      }
       g.arrays.clear();
     }
     std::vector<mx::array> results;
@@ -1077,13 +1127,15 @@ extern "C" int burn_mlx_eval(
       // Nothing was changed yet: evaluate the original graph, and never compile this again.
       mark_failed(g.hash, g.fingerprint);
       g.leaves.clear();
+      nodes.clear();
       originals.clear();
       charge();
       plain(roots, wait);
       return 0;
     }
     // Each output array of the original graph becomes a copy (a buffer share, no kernel) of the
-    // compiled graph's matching output; the rest of the original graph is then held by nothing.
+    // compiled graph's matching output; the rest of the original graph is then held by `nodes`
+    // alone, and freed.
     for (size_t k = 0; k < results.size(); ++k) {
       mx::array& original = originals[k];
       mx::array copy = mx::copy(results[k], original.primitive().stream());
@@ -1093,6 +1145,7 @@ extern "C" int burn_mlx_eval(
     }
     results.clear();
     g.leaves.clear();
+    free_graph(nodes, plan.recipe->outputs);
     stat_fused++;
     stat_nodes += plan.recipe->nodes.size();
     if (plan.fused_nodes == 0) {
