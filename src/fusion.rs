@@ -10,7 +10,10 @@
 //! records it (primitives and wiring, no data) and gives MLX's `compile` a function that replays
 //! it; MLX fuses its elementwise chains into single kernels and merges repeated subexpressions.
 //! From then on, each graph of that structure (checked node by node, primitive parameters
-//! included) is evaluated through the compiled function. The arrays the program still holds
+//! included) is evaluated through the compiled function; a graph whose top matches the structure
+//! that last ran compiled is checked against it in one walk that records nothing
+//! ([`FusionStats::recognized`]), and walked in full only if it differs. The arrays the program
+//! still holds
 //! (parameters, optimizer state, activations kept for the backward pass) stay outputs, so they
 //! are materialized as a plain evaluation would.
 //!
