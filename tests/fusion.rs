@@ -268,9 +268,12 @@ fn graphs_that_differ_only_in_parameters_are_told_apart() {
     assert!(gained.fused >= 2, "{gained:?}");
 }
 
+/// The first op of [`long_tail`]'s graphs.
+type FirstOp = fn(Tensor<Mlx, 2>) -> Tensor<Mlx, 2>;
+
 /// `first(x)`, then `ops` elementwise ops, summed to a scalar: graphs whose tops agree for the
 /// last `ops` ops and differ only in `first`.
-fn long_tail(x: Tensor<Mlx, 2>, first: fn(Tensor<Mlx, 2>) -> Tensor<Mlx, 2>, ops: usize) -> f32 {
+fn long_tail(x: Tensor<Mlx, 2>, first: FirstOp, ops: usize) -> f32 {
     let mut y = first(x);
     for i in 0..ops {
         y = y * 0.99 + (i % 3) as f32;
@@ -352,7 +355,7 @@ fn a_recognized_structure_is_not_taken_for_another_with_the_same_top() {
             })
             .sum()
     };
-    let runs: [(fn(Tensor<Mlx, 2>) -> Tensor<Mlx, 2>, f64); 3] = [
+    let runs: [(FirstOp, f64); 3] = [
         (|x| x.exp(), expected(f64::exp)),
         (|x| x.sin(), expected(f64::sin)),
         (|x| x.exp(), expected(f64::exp)),
