@@ -139,13 +139,16 @@ bool debug() {
   return on;
 }
 
+// Whether the environment variable `name` is set to exactly `value`.
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 // `BURN_MLX_FUSION_RECOGNIZE=0`: every graph is walked in full, as before `verify` existed (for
 // measuring what it saves; see docs/fusion.md).
 bool recognize() {
-  static const bool on = [] {
-    const char* v = std::getenv("BURN_MLX_FUSION_RECOGNIZE");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = !env_is("BURN_MLX_FUSION_RECOGNIZE", "0");
   return on;
 }
 
@@ -487,12 +490,13 @@ bool matches(const Graph& g, const Recipe& recipe) {
 // walk that records nothing: the fast path for a step that recurs. The full walk (`walk`, then
 // the hash, then `matches`) copies every node into a `Node` (a primitive handle and three small
 // vectors) and every array into `Graph::arrays`; on the H100's host that cost 1.3-1.6 us per
-// primitive, 5-7 ms of a 1,758-primitive step. This walk visits the arrays in the same order
-// through pointers (the roots hold the graph, and nothing changes it meanwhile), compares each
-// node with the recipe's as it finishes, and counts a node as an output the way `walk` does,
-// from the handles on it less the graph's own (`Recipe::inside`; `nodes` holds one, as
-// `Graph::arrays` does). On success, `leaves` holds the inputs, `nodes` every node's array in the recipe's order
-// and `originals` the arrays that the recipe's outputs name, in their order.
+// primitive, 5-7 ms of the decoder LM's 4,266-primitive step. This walk visits the arrays in the
+// same order through pointers (the roots hold the graph, and nothing changes it meanwhile),
+// compares each node with the recipe's as it finishes, and counts a node as an output the way
+// `walk` does, from the handles on it less the graph's own (`Recipe::inside`; `nodes` holds
+// one, as `Graph::arrays` does). On success, `leaves` holds the inputs, `nodes` every node's
+// array in the recipe's order and `originals` the arrays that the recipe's outputs name, in
+// their order.
 bool verify(
     const std::vector<mx::array>& roots,
     const Recipe& recipe,
@@ -599,10 +603,7 @@ bool verify(
 // destructor alone, as before `free_graph` existed (for measuring what it saves; see
 // docs/fusion.md).
 bool release_by_mlx() {
-  static const bool on = [] {
-    const char* v = std::getenv("BURN_MLX_FUSION_RELEASE");
-    return v != nullptr && std::strcmp(v, "mlx") == 0;
-  }();
+  static const bool on = env_is("BURN_MLX_FUSION_RELEASE", "mlx");
   return on;
 }
 
