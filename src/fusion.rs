@@ -13,9 +13,8 @@
 //! included) is evaluated through the compiled function; a graph whose top matches the structure
 //! that last ran compiled is checked against it in one walk that records nothing
 //! ([`FusionStats::recognized`]), and walked in full only if it differs. The arrays the program
-//! still holds
-//! (parameters, optimizer state, activations kept for the backward pass) stay outputs, so they
-//! are materialized as a plain evaluation would.
+//! still holds (parameters, optimizer state, activations kept for the backward pass) stay
+//! outputs, so they are materialized as a plain evaluation would.
 //!
 //! Fusion is not always faster: MLX's fused kernels cost host time per launch too, which is
 //! what a GPU step is often bound by. So each structure is measured: its plain evaluations
