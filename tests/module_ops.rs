@@ -1,6 +1,6 @@
-//! Differential tests of `ModuleOps` (convolutions, pooling, interpolation, attention, FFT,
-//! deformable convolution, embedding, unfold) and of burn-nn's layers: `Mlx` against burn-ndarray,
-//! forward values and, through `Autodiff`, gradients of every input.
+//! Differential tests of `ModuleOps` (linear layers, convolutions, pooling, interpolation,
+//! attention, FFT, deformable convolution, embedding, unfold) and of burn-nn's layers: `Mlx`
+//! against burn-ndarray, forward values and, through `Autodiff`, gradients of every input.
 //!
 //! Where burn-ndarray has no implementation the reference is built another way on the reference
 //! side: interpolation gradients from the images of basis inputs (interpolation is linear), FFTs
@@ -44,6 +44,87 @@ fn sweep<C: Case + std::fmt::Debug>(name: &str, cases: &[C], dtypes: &[DType], t
         }
     }
     f.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear
+// ---------------------------------------------------------------------------------------------
+
+/// `module::linear` on an input of shape `x` (`[..., d_in]`) with a `[d_in, d_out]` weight:
+/// `Mlx` folds the leading dimensions into one GEMM, burn-ndarray multiplies batch by batch.
+#[derive(Debug, Clone)]
+struct Linear<const D: usize> {
+    x: [usize; D],
+    d_out: usize,
+    bias: bool,
+}
+
+impl<const D: usize> AdCase for Linear<D> {
+    fn run<B: AutodiffBackend>(&self, ctx: &Ctx<B>) -> Vec<TensorData> {
+        let x = ctx.f(self.x, (-1.0, 1.0)).require_grad();
+        let w = ctx
+            .f([self.x[D - 1], self.d_out], (-1.0, 1.0))
+            .require_grad();
+        let b = self
+            .bias
+            .then(|| ctx.f([self.d_out], (-1.0, 1.0)).require_grad());
+        let y = module::linear(x.clone(), w.clone(), b.clone());
+        let g = backward_weighted(ctx, y.clone());
+        outs((y, x.grad(&g), w.grad(&g), b.and_then(|b| b.grad(&g))))
+    }
+}
+
+#[test]
+fn linear_forward_and_grads() {
+    let dtypes = [DType::F32, DType::F64, DType::F16, DType::BF16];
+    let lin = |x, d_out, bias| Linear::<3> { x, d_out, bias };
+    sweep_ad(
+        "linear 3-d",
+        &[
+            lin([2, 5, 7], 3, true),
+            lin([3, 1, 4], 6, false),
+            lin([1, 9, 16], 1, true),
+        ],
+        &dtypes,
+        TOL,
+    );
+    sweep_ad(
+        "linear 1-d",
+        &[Linear::<1> {
+            x: [6],
+            d_out: 4,
+            bias: true,
+        }],
+        &dtypes,
+        TOL,
+    );
+    sweep_ad(
+        "linear 2-d",
+        &[
+            Linear::<2> {
+                x: [5, 8],
+                d_out: 3,
+                bias: true,
+            },
+            Linear::<2> {
+                x: [1, 3],
+                d_out: 2,
+                bias: false,
+            },
+        ],
+        &dtypes,
+        TOL,
+    );
+    sweep_ad(
+        "linear 4-d",
+        &[Linear::<4> {
+            x: [2, 3, 4, 5],
+            d_out: 6,
+            bias: true,
+        }],
+        &dtypes,
+        TOL,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -156,18 +156,9 @@ impl FloatTensorOps<Self> for Mlx {
     }
 
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        // MLX's CPU backend has no half-precision GEMM (measured at 1024²: f16 960 ms, bf16
-        // 720 ms, f32 through BLAS 12 ms). On the CPU, f16/bf16 products are computed in f32 and
-        // rounded once, which is also at least as accurate; the GPU keeps its native kernels.
-        let cpu = lhs.device == MlxDevice::Cpu;
+        let device = lhs.device;
         binary(lhs, rhs, "float_matmul", |a, b| {
-            let dtype = a.dtype();
-            if cpu && matches!(dtype, Dtype::Float16 | Dtype::Bfloat16) {
-                let (a, b) = (a.as_dtype(Dtype::Float32)?, b.as_dtype(Dtype::Float32)?);
-                a.matmul(&b)?.as_dtype(dtype)
-            } else {
-                a.matmul(b)
-            }
+            base::matmul_add(a, b, None, device)
         })
     }
 

@@ -1,4 +1,5 @@
-//! Burn's `ModuleOps` for [`Mlx`]: convolutions, pooling, interpolation, attention, FFT and CTC.
+//! Burn's `ModuleOps` for [`Mlx`]: linear layers, convolutions, pooling, interpolation, attention,
+//! FFT and CTC.
 //!
 //! Burn lays out images as NCHW with OIHW weights; MLX convolutions are channels-last (NHWC input,
 //! OHWI weights), so the convolution ops transpose at the boundary. Pooling builds the windows
@@ -6,7 +7,7 @@
 //! Interpolation and adaptive pooling are separable linear maps, applied as two matmuls with
 //! per-axis matrices (their backward passes are the transposed matmuls).
 //!
-//! The op families live in sibling files: `conv.rs`, `pool.rs`, `interpolate.rs`,
+//! The op families live in sibling files: `linear.rs`, `conv.rs`, `pool.rs`, `interpolate.rs`,
 //! `attention.rs`, `fft.rs`, `deform_conv.rs` and `ctc.rs` (CTC loss and its gradient, computed
 //! in f32 for half-precision inputs).
 
@@ -24,6 +25,8 @@ mod deform_conv;
 mod fft;
 #[path = "interpolate.rs"]
 mod interpolate;
+#[path = "linear.rs"]
+mod linear;
 #[path = "pool.rs"]
 mod pool;
 
@@ -34,6 +37,22 @@ use burn_backend::ops::{
 };
 
 impl ModuleOps<Mlx> for Mlx {
+    fn linear(x: MlxTensor, weight: MlxTensor, bias: Option<MlxTensor>) -> MlxTensor {
+        linear::linear(x, weight, bias)
+    }
+
+    fn linear_x_backward(weight: MlxTensor, output_grad: MlxTensor) -> MlxTensor {
+        linear::linear_x_backward(weight, output_grad)
+    }
+
+    fn linear_weight_backward(x: MlxTensor, output_grad: MlxTensor) -> MlxTensor {
+        linear::linear_weight_backward(x, output_grad)
+    }
+
+    fn linear_bias_backward(output_grad: MlxTensor) -> MlxTensor {
+        linear::linear_bias_backward(output_grad)
+    }
+
     fn conv1d(
         x: MlxTensor,
         weight: MlxTensor,
