@@ -280,13 +280,17 @@ impl<B: Backend> RotaryEmbedding<B> {
                 let out = x
                     .device
                     .scope(|| {
+                        // A 0-d offset: MLX 0.32.2's CUDA kernel reads a 1-d offset with its
+                        // stride per batch entry, even when it holds one value, so batch entries
+                        // after the first read past it (found by `tests/module_ops.rs` on an H100).
+                        let offset = offset.array.reshape(&[])?;
                         fast::rope_dynamic(
                             &x.array,
                             d as i32,
                             false,
                             None,
                             1.0,
-                            &offset.array,
+                            &offset,
                             &periods.array,
                         )
                     })
