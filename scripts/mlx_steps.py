@@ -32,29 +32,16 @@ MLX runs f32 matmuls in TF32 on CUDA unless `MLX_ENABLE_TF32=0`, as it does for 
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 
+# The PyTorch peers' timing and decoder-LM shape, shared.
+from gpu_reference import LM_BATCH, LM_D, LM_FF, LM_HEADS, LM_LAYERS, LM_SEQ, LM_VOCAB, median_secs
+
 WARMUP = 12
-LM_VOCAB, LM_D, LM_HEADS, LM_LAYERS, LM_FF, LM_SEQ, LM_BATCH = 10240, 512, 8, 6, 2048, 256, 8
-
-
-def median_secs(fn, warmup=WARMUP, budget=2.0):
-    """Median seconds per call of `fn` after `warmup` calls (at least 5, at most 50 timed)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < 5 or (time.perf_counter() - start < budget and len(times) < 50):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 class Cnn(nn.Module):
@@ -172,7 +159,7 @@ def main():
         name, model, x, loss_fn = all_steps[key]
         out[name] = {}
         for mode in ("eager", "compiled"):
-            secs = median_secs(make_step(model, x, loss_fn, mode == "compiled"))
+            secs = median_secs(make_step(model, x, loss_fn, mode == "compiled"), warmup=WARMUP)
             out[name][mode] = secs
             print(f"{name:<28} MLX Python {mode:<9} {secs * 1e3:8.3f} ms", flush=True)
     print(f"MLX {mx.__version__} on {mx.default_device()}", file=sys.stderr)
