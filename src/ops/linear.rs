@@ -6,8 +6,9 @@
 //! one dimension at a time. Here the leading dimensions of the input are folded into the rows of
 //! one matrix (a reshape: no copy for a contiguous input), so the forward pass and each gradient is
 //! one GEMM, the bias rides in the forward GEMM (MLX's `addmm`, a bias epilogue on CUDA), and the
-//! bias gradient is one reduction. A 3-D linear layer's step goes from about 17 MLX primitives to
-//! 12, and the weight gradient no longer materializes a `[batch, d_in, d_out]` tensor.
+//! bias gradient is one reduction: 3 MLX primitives fewer per 3-D layer and training step (counted:
+//! the decoder LM's step, 37 such layers, 4,266 -> 4,155), and the weight gradient no longer
+//! materializes a `[batch, d_in, d_out]` tensor.
 //!
 //! Half precision follows `float_matmul` (both use [`matmul_add`]): on MLX's CPU, which has no
 //! half-precision GEMM, f16 and bf16 products run in f32 and are rounded once; the bias gradient
