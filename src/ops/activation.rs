@@ -32,6 +32,24 @@ impl ActivationOps<Self> for Mlx {
         })
     }
 
+    fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        // Burn's gradient for GELU (every backend's, burn-ndarray's included) is the derivative
+        // of the tanh approximation: with u = c2 x + c1 x^3 and v = c4 x + c3 x^3,
+        //   y = 0.5 (1 + tanh u) + v (1 - tanh^2 u) = (1 + t) (0.5 + v (1 - t)),  t = tanh u.
+        // Burn's default builds it from 14 ops with `powi(x, 3)` (a libm `pow` per element on
+        // MLX's CPU); x^2 is computed once here and the polynomial is factored.
+        binary(x, grad, "gelu_backward", |x, g| {
+            let c = |v: f64| scalar_array(burn_backend::Scalar::Float(v), x.dtype());
+            let (one, half) = (c(1.0), c(0.5));
+            let x2 = x.square()?;
+            let u = x.multiply(&x2.multiply(&c(0.035_677_4))?.add(&c(0.797_885))?)?;
+            let v = x.multiply(&x2.multiply(&c(0.053_516_1))?.add(&c(0.398_942))?)?;
+            let t = ops::tanh(&u)?;
+            let right = v.multiply(&one.subtract(&t)?)?.add(&half)?;
+            one.add(&t)?.multiply(&right)?.multiply(g)
+        })
+    }
+
     fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         unary(tensor, "sigmoid", |a| ops::sigmoid(a))
     }
