@@ -21,6 +21,7 @@ extern crate burn_core as burn;
 
 #[path = "../common/device_flag.rs"]
 mod device_flag;
+mod mlx_autodiff;
 mod models;
 mod steps;
 
@@ -164,6 +165,12 @@ struct Args {
     /// through the same model code: the CPU comparison of BENCHMARKS.md.
     #[arg(long)]
     flex: bool,
+    /// Also run each training step with MLX's own autodiff in place of Burn's (a measurement
+    /// for docs/fusion.md: Burn's forward on `Mlx` under `mlx_rs::transforms::vjp`, Burn's
+    /// Adam): timed beside the `Autodiff<Mlx>` rows, and with `--count-primitives` counted, with
+    /// the largest difference from Burn's gradients.
+    #[arg(long)]
+    mlx_autodiff: bool,
 }
 
 /// Which training-step rows to time: without automatic fusion, with it, or both.
@@ -203,8 +210,12 @@ impl Sizes {
     }
 }
 
-/// `--count-primitives`: prints the primitive counts of one step of each training workload.
-struct Counter;
+/// `--count-primitives`: prints the primitive counts of one step of each training workload
+/// (with `mlx_autodiff`, also those of the step with MLX's autodiff).
+struct Counter {
+    mlx_autodiff: bool,
+    device: MlxDevice,
+}
 
 impl StepVisitor<AD> for Counter {
     fn visit<M: AutodiffModule<AD>>(
@@ -212,8 +223,44 @@ impl StepVisitor<AD> for Counter {
         name: &'static str,
         model: M,
         loss: &dyn Fn(&M) -> Tensor<AD, 1>,
+        inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<Mlx, 1>,
     ) {
+        if self.mlx_autodiff {
+            let (gap, scale) = mlx_autodiff::gradient_gap(&model, loss, inner_loss, self.device);
+            let n = mlx_autodiff::step_primitives(model.valid(), self.device, inner_loss);
+            println!(
+                "{name:<28} with MLX's autodiff: primitives {n:>5}; gradients differ from \
+                 Burn's by at most {gap:.2e} (largest gradient {scale:.2e})"
+            );
+        }
         print_counts(name, &step_primitives(model, loss));
+    }
+}
+
+/// `--mlx-autodiff`: times each training step with MLX's autodiff (`mlx_autodiff.rs`).
+struct MlxAutodiffTimer<F> {
+    warmup: usize,
+    budget: Duration,
+    device: MlxDevice,
+    on_result: F,
+}
+
+impl<F: FnMut(&'static str, f64)> StepVisitor<AD> for MlxAutodiffTimer<F> {
+    fn visit<M: AutodiffModule<AD>>(
+        &mut self,
+        name: &'static str,
+        model: M,
+        _loss: &dyn Fn(&M) -> Tensor<AD, 1>,
+        inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<Mlx, 1>,
+    ) {
+        let secs = mlx_autodiff::step_secs(
+            model.valid(),
+            self.device,
+            self.warmup,
+            self.budget,
+            inner_loss,
+        );
+        (self.on_result)(name, secs);
     }
 }
 
@@ -237,7 +284,13 @@ fn main() {
         }
     };
     if args.count_primitives {
-        workloads.run(&only, &mut Counter);
+        workloads.run(
+            &only,
+            &mut Counter {
+                mlx_autodiff: args.mlx_autodiff,
+                device,
+            },
+        );
         return;
     }
     let sizes = Sizes::new(args.quick);
@@ -354,6 +407,23 @@ fn main() {
             },
         };
         workloads.run(&only, &mut timer);
+        if args.mlx_autodiff {
+            let implementation = if threshold == 0 {
+                "mlx-autodiff unfused"
+            } else {
+                "mlx-autodiff"
+            };
+            let mut timer = MlxAutodiffTimer {
+                warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
+                budget,
+                device,
+                on_result: |name: &'static str, secs| {
+                    push(name.into(), implementation, secs);
+                    before = fused_counts(name, before);
+                },
+            };
+            workloads.run(&only, &mut timer);
+        }
     }
     if args.flex {
         let mut timer = Timer {
@@ -378,6 +448,14 @@ fn main() {
         };
         if let (Some(plain), Some(fused)) = (secs("burn-mlx unfused"), secs("burn-mlx")) {
             println!("{workload:<28} fused is {:.2}x unfused", plain / fused);
+        }
+        for (theirs, ours) in [
+            ("burn-mlx unfused", "mlx-autodiff unfused"),
+            ("burn-mlx", "mlx-autodiff"),
+        ] {
+            if let (Some(burn), Some(mlx)) = (secs(theirs), secs(ours)) {
+                println!("{workload:<28} {ours} is {:.2}x {theirs}", burn / mlx);
+            }
         }
         for implementation in ["burn-mlx", "burn-mlx unfused"] {
             if let (Some(ours), Some(flex)) = (secs(implementation), secs("burn-flex")) {

@@ -64,12 +64,14 @@ pub fn median_secs(warmup: usize, budget: Duration, mut f: impl FnMut()) -> f64 
 
 /// What is done with each workload: its model and its loss are handed over.
 pub trait StepVisitor<B: AutodiffBackend> {
-    /// Called once per workload, in the order of [`ALL`].
+    /// Called once per workload, in the order of [`ALL`]. `inner_loss` is the same loss on the
+    /// inner backend's module (`model.valid()`), without Burn's autodiff.
     fn visit<M: AutodiffModule<B>>(
         &mut self,
         name: &'static str,
         model: M,
         loss: &dyn Fn(&M) -> Tensor<B, 1>,
+        inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<B::InnerBackend, 1>,
     );
 }
 
@@ -77,6 +79,7 @@ pub trait StepVisitor<B: AutodiffBackend> {
 pub struct Workloads<B: AutodiffBackend> {
     device: B::Device,
     ce: CrossEntropyLoss<B>,
+    ce_inner: CrossEntropyLoss<B::InnerBackend>,
     mlp_x: Tensor<B, 2>,
     mlp_y: Tensor<B, 1, Int>,
     cnn_x: Tensor<B, 4>,
@@ -84,6 +87,7 @@ pub struct Workloads<B: AutodiffBackend> {
     enc_x: Tensor<B, 3>,
     enc_target: Tensor<B, 3>,
     lm: LmBatch<B>,
+    lm_inner: LmBatch<B::InnerBackend>,
 }
 
 impl<B: AutodiffBackend> Workloads<B> {
@@ -94,6 +98,7 @@ impl<B: AutodiffBackend> Workloads<B> {
         Self {
             device: device.clone(),
             ce: CrossEntropyLossConfig::new().init(device),
+            ce_inner: CrossEntropyLossConfig::new().init(device),
             mlp_x: Tensor::random([128, 784], Distribution::Default, device),
             mlp_y: labels(128, device),
             cnn_x: Tensor::random([64, 1, 28, 28], Distribution::Default, device),
@@ -101,6 +106,7 @@ impl<B: AutodiffBackend> Workloads<B> {
             enc_x: Tensor::random(enc_shape, Distribution::Default, device),
             enc_target: Tensor::random(enc_shape, Distribution::Default, device),
             lm: LmBatch::new(device),
+            lm_inner: LmBatch::new(device),
         }
     }
 
@@ -110,30 +116,70 @@ impl<B: AutodiffBackend> Workloads<B> {
         let wanted = |name: &str| only.is_empty() || only.contains(&name);
         let device = &self.device;
         if wanted(MLP) {
-            visitor.visit(MLP, Mlp::<B>::new(784, 512, 10, device), &|m: &Mlp<B>| {
-                self.ce
-                    .forward(m.forward(self.mlp_x.clone()), self.mlp_y.clone())
-            });
+            visitor.visit(
+                MLP,
+                Mlp::<B>::new(784, 512, 10, device),
+                &|m: &Mlp<B>| {
+                    self.ce
+                        .forward(m.forward(self.mlp_x.clone()), self.mlp_y.clone())
+                },
+                &|m: &Mlp<B::InnerBackend>| {
+                    self.ce_inner.forward(
+                        m.forward(self.mlp_x.clone().inner()),
+                        self.mlp_y.clone().inner(),
+                    )
+                },
+            );
         }
         if wanted(CNN) {
-            visitor.visit(CNN, Cnn::<B>::new(device), &|m: &Cnn<B>| {
-                self.ce
-                    .forward(m.forward(self.cnn_x.clone()), self.cnn_y.clone())
-            });
+            visitor.visit(
+                CNN,
+                Cnn::<B>::new(device),
+                &|m: &Cnn<B>| {
+                    self.ce
+                        .forward(m.forward(self.cnn_x.clone()), self.cnn_y.clone())
+                },
+                &|m: &Cnn<B::InnerBackend>| {
+                    self.ce_inner.forward(
+                        m.forward(self.cnn_x.clone().inner()),
+                        self.cnn_y.clone().inner(),
+                    )
+                },
+            );
         }
         if wanted(TRANSFORMER) {
-            visitor.visit(TRANSFORMER, Encoder::<B>::new(device), &|m: &Encoder<B>| {
-                let out = m.forward(self.enc_x.clone());
-                (out - self.enc_target.clone()).powi_scalar(2).mean()
-            });
+            visitor.visit(
+                TRANSFORMER,
+                Encoder::<B>::new(device),
+                &|m: &Encoder<B>| {
+                    let out = m.forward(self.enc_x.clone());
+                    (out - self.enc_target.clone()).powi_scalar(2).mean()
+                },
+                &|m: &Encoder<B::InnerBackend>| {
+                    let out = m.forward(self.enc_x.clone().inner());
+                    (out - self.enc_target.clone().inner())
+                        .powi_scalar(2)
+                        .mean()
+                },
+            );
         }
         if wanted(DECODER) {
-            visitor.visit(DECODER, DecoderLm::<B>::new(device), &|m: &DecoderLm<B>| {
-                let logits = m
-                    .forward(&self.lm)
-                    .reshape([lm::BATCH * lm::SEQ, lm::VOCAB]);
-                self.ce.forward(logits, self.lm.targets.clone())
-            });
+            visitor.visit(
+                DECODER,
+                DecoderLm::<B>::new(device),
+                &|m: &DecoderLm<B>| {
+                    let logits = m
+                        .forward(&self.lm)
+                        .reshape([lm::BATCH * lm::SEQ, lm::VOCAB]);
+                    self.ce.forward(logits, self.lm.targets.clone())
+                },
+                &|m: &DecoderLm<B::InnerBackend>| {
+                    let logits = m
+                        .forward(&self.lm_inner)
+                        .reshape([lm::BATCH * lm::SEQ, lm::VOCAB]);
+                    self.ce_inner.forward(logits, self.lm_inner.targets.clone())
+                },
+            );
         }
     }
 }
@@ -154,6 +200,7 @@ impl<B: AutodiffBackend, F: FnMut(&'static str, f64)> StepVisitor<B> for Timer<F
         name: &'static str,
         model: M,
         loss: &dyn Fn(&M) -> Tensor<B, 1>,
+        _inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<B::InnerBackend, 1>,
     ) {
         let secs = step_secs(model, self.warmup, self.budget, loss);
         (self.on_result)(name, secs);

@@ -42,8 +42,8 @@ impl ActivationOps<Self> for Mlx {
             let c = |v: f64| scalar_array(burn_backend::Scalar::Float(v), x.dtype());
             let (one, half) = (c(1.0), c(0.5));
             let x2 = x.square()?;
-            let u = x.multiply(&x2.multiply(&c(0.035_677_4))?.add(&c(0.797_885))?)?;
-            let v = x.multiply(&x2.multiply(&c(0.053_516_1))?.add(&c(0.398_942))?)?;
+            let u = x.multiply(&x2.multiply(c(0.035_677_4))?.add(c(0.797_885))?)?;
+            let v = x.multiply(&x2.multiply(c(0.053_516_1))?.add(c(0.398_942))?)?;
             let t = ops::tanh(&u)?;
             let right = v.multiply(&one.subtract(&t)?)?.add(&half)?;
             one.add(&t)?.multiply(&right)?.multiply(g)
