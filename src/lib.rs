@@ -30,6 +30,7 @@ mod error;
 pub mod fast;
 pub(crate) mod ffi;
 pub mod fusion;
+pub mod grad;
 mod graph;
 mod interop;
 mod ops;

@@ -222,6 +222,33 @@ where
     (losses, model)
 }
 
+/// [`train`] with MLX's own autodiff (`burn_mlx::grad::Trainer`) on plain `Mlx` in place of
+/// `Autodiff<Mlx>` and Burn's `Optimizer`.
+fn train_mlx_grad<C, O>(
+    model: C,
+    optimizer: O,
+    lr: f64,
+    data: &[(TensorData, TensorData)],
+    device: &MlxDevice,
+) -> (Vec<f64>, C)
+where
+    C: Classifier<Mlx>,
+    O: burn_optim::SimpleOptimizer<Mlx>,
+{
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let mut trainer = burn_mlx::grad::Trainer::new(model, optimizer);
+    let mut losses = Vec::new();
+    for (x, y) in data.iter().take(STEPS) {
+        let x = Tensor::<Mlx, 2>::from_data(x.clone(), device);
+        let y = Tensor::<Mlx, 1, Int>::from_data(y.clone(), device);
+        let loss = trainer
+            .step(lr, |m: &C| loss_fn.forward(m.logits(x.clone()), y.clone()))
+            .expect("a training step with MLX's autodiff");
+        losses.push(loss.into_scalar().elem::<f64>());
+    }
+    (losses, trainer.into_model())
+}
+
 fn close(a: f64, b: f64, (rel, abs): (f64, f64)) -> bool {
     (a - b).abs() <= abs + rel * b.abs()
 }
@@ -305,6 +332,70 @@ fn mlp_adam_parity() {
     let a = train(mx, adam.init::<MlxAd, Mlp<MlxAd>>(), 1e-2, &data, &dm);
     let b = train(nd, adam.init::<NdAd, Mlp<NdAd>>(), 1e-2, &data, &dn);
     compare("mlp/adam", ADAM_PARAM_TOL, init, a, b);
+}
+
+#[test]
+fn mlp_adam_parity_with_mlx_autodiff() {
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, 1);
+    let nd = materialize(Mlp::<NdAd>::new(&dn));
+    let mx = transfer(&nd, Mlp::<Mlx>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(12, 32, STEPS, 11);
+    let a = train_mlx_grad(mx, AdamConfig::new().build(), 1e-2, &data, &dm);
+    let b = train(
+        nd,
+        AdamConfig::new().init::<NdAd, Mlp<NdAd>>(),
+        1e-2,
+        &data,
+        &dn,
+    );
+    compare("mlp/adam/mlx-autodiff", ADAM_PARAM_TOL, init, a, b);
+}
+
+#[test]
+fn cnn_adam_parity_with_mlx_autodiff() {
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, 3);
+    let nd = materialize(SmallCnn::<NdAd>::new(&dn));
+    let mx = transfer(&nd, SmallCnn::<Mlx>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(64, 16, STEPS, 13);
+    let a = train_mlx_grad(mx, AdamConfig::new().build(), 1e-2, &data, &dm);
+    let b = train(
+        nd,
+        AdamConfig::new().init::<NdAd, SmallCnn<NdAd>>(),
+        1e-2,
+        &data,
+        &dn,
+    );
+    compare("cnn/adam/mlx-autodiff", ADAM_PARAM_TOL, init, a, b);
+}
+
+/// `value_and_grad` refuses a loss of more than one value and a model without parameters,
+/// with errors that say so.
+#[test]
+fn mlx_autodiff_errors() {
+    let dm = MlxDevice::Cpu;
+    let model = Mlp::<Mlx>::new(&dm);
+    let x = Tensor::<Mlx, 2>::ones([3, 12], &dm);
+    let err =
+        burn_mlx::grad::value_and_grad(&model, |m: &Mlp<Mlx>| m.logits(x.clone()).reshape([-1]))
+            .expect_err("a loss of 12 values");
+    let text = err.to_string();
+    assert!(
+        text.contains("value_and_grad") && text.contains("[12]"),
+        "{text}"
+    );
+    let err = burn_mlx::grad::value_and_grad(&Relu::new(), |_: &Relu| x.clone().sum())
+        .expect_err("no parameter");
+    assert!(err.to_string().contains("no float parameter"), "{err}");
+    // The gradients Burn's optimizers take, one per parameter.
+    let (value, grads) =
+        burn_mlx::grad::value_and_grad(&model, |m: &Mlp<Mlx>| m.logits(x.clone()).mean())
+            .expect("a one-value loss");
+    assert!(value.into_scalar().is_finite());
+    assert_eq!(grads.len(), 4);
 }
 
 #[test]

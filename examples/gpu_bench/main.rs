@@ -214,7 +214,6 @@ impl Sizes {
 /// (with `mlx_autodiff`, also those of the step with MLX's autodiff).
 struct Counter {
     mlx_autodiff: bool,
-    device: MlxDevice,
 }
 
 impl StepVisitor<AD> for Counter {
@@ -226,8 +225,8 @@ impl StepVisitor<AD> for Counter {
         inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<Mlx, 1>,
     ) {
         if self.mlx_autodiff {
-            let (gap, scale) = mlx_autodiff::gradient_gap(&model, loss, inner_loss, self.device);
-            let n = mlx_autodiff::step_primitives(model.valid(), self.device, inner_loss);
+            let (gap, scale) = mlx_autodiff::gradient_gap(&model, loss, inner_loss);
+            let n = mlx_autodiff::step_primitives(model.valid(), inner_loss);
             println!(
                 "{name:<28} with MLX's autodiff: primitives {n:>5}; gradients differ from \
                  Burn's by at most {gap:.2e} (largest gradient {scale:.2e})"
@@ -241,7 +240,6 @@ impl StepVisitor<AD> for Counter {
 struct MlxAutodiffTimer<F> {
     warmup: usize,
     budget: Duration,
-    device: MlxDevice,
     on_result: F,
 }
 
@@ -253,13 +251,7 @@ impl<F: FnMut(&'static str, f64)> StepVisitor<AD> for MlxAutodiffTimer<F> {
         _loss: &dyn Fn(&M) -> Tensor<AD, 1>,
         inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<Mlx, 1>,
     ) {
-        let secs = mlx_autodiff::step_secs(
-            model.valid(),
-            self.device,
-            self.warmup,
-            self.budget,
-            inner_loss,
-        );
+        let secs = mlx_autodiff::step_secs(model.valid(), self.warmup, self.budget, inner_loss);
         (self.on_result)(name, secs);
     }
 }
@@ -288,7 +280,6 @@ fn main() {
             &only,
             &mut Counter {
                 mlx_autodiff: args.mlx_autodiff,
-                device,
             },
         );
         return;
@@ -416,7 +407,6 @@ fn main() {
             let mut timer = MlxAutodiffTimer {
                 warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
                 budget,
-                device,
                 on_result: |name: &'static str, secs| {
                     push(name.into(), implementation, secs);
                     before = fused_counts(name, before);
