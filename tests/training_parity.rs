@@ -372,6 +372,44 @@ fn cnn_adam_parity_with_mlx_autodiff() {
     compare("cnn/adam/mlx-autodiff", ADAM_PARAM_TOL, init, a, b);
 }
 
+#[test]
+fn mlp_adam_parity_with_compiled_step() {
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, 1);
+    let nd = materialize(Mlp::<NdAd>::new(&dn));
+    let mx = transfer(&nd, Mlp::<Mlx>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(12, 32, STEPS, 11);
+    let loss_fn = CrossEntropyLossConfig::new().init(&dm);
+    let mut trainer = burn_mlx::grad::CompiledTrainer::new(
+        mx,
+        burn_mlx::grad::AdamSettings::default(),
+        move |m: &Mlp<Mlx>, batch: &[burn_mlx::MlxTensor]| {
+            let x: Tensor<Mlx, 2> = burn_mlx::from_mlx(batch[0].clone()).unwrap();
+            let y: Tensor<Mlx, 1, Int> = burn_mlx::from_mlx(batch[1].clone()).unwrap();
+            loss_fn.forward(m.logits(x), y)
+        },
+    )
+    .expect("a model with parameters");
+    let mut losses = Vec::new();
+    for (x, y) in data.iter().take(STEPS) {
+        let x = Tensor::<Mlx, 2>::from_data(x.clone(), &dm);
+        let y = Tensor::<Mlx, 1, Int>::from_data(y.clone(), &dm);
+        let batch = [burn_mlx::to_mlx(x).unwrap(), burn_mlx::to_mlx(y).unwrap()];
+        let loss = trainer.step(1e-2, &batch).expect("a compiled step");
+        losses.push(loss.into_scalar().elem::<f64>());
+    }
+    let a = (losses, trainer.model());
+    let b = train(
+        nd,
+        AdamConfig::new().init::<NdAd, Mlp<NdAd>>(),
+        1e-2,
+        &data,
+        &dn,
+    );
+    compare("mlp/adam/compiled-step", ADAM_PARAM_TOL, init, a, b);
+}
+
 /// `value_and_grad` refuses a loss of more than one value and a model without parameters,
 /// with errors that say so.
 #[test]
