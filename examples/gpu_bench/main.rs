@@ -12,7 +12,9 @@
 //! and one full training step (forward, backward, Adam) of four models (`models.rs`): the MLP,
 //! the example CNN, the small Transformer encoder of `cargo bench` (`benches/backends/`) and a
 //! 29.5M-parameter causal decoder language model (6 layers, d_model 512, seq 256, batch 8;
-//! left out by `--quick`). `peers/burn-cuda` times the same four steps on burn-cuda. Each line prints the median
+//! left out by `--quick`). `--mlx-autodiff` also trains them with MLX's own autodiff
+//! (`burn_mlx::grad`), step by step and with the whole step compiled. `peers/burn-cuda` times the
+//! same four steps on burn-cuda. Each line prints the median
 //! over timed runs after a warm-up, and `--json FILE` writes the same numbers for
 //! `scripts/gpu_reference.py`, which measures MLX's Python API and PyTorch eager on the same
 //! workloads and prints the comparison table.
@@ -38,7 +40,7 @@ use device_flag::DeviceFlag;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use steps::{median_secs, StepVisitor, Timer, Workloads};
+use steps::{median_secs, InnerLoss, StepVisitor, Timer, Workloads};
 
 type AD = Autodiff<Mlx>;
 
@@ -165,10 +167,11 @@ struct Args {
     /// through the same model code: the CPU comparison of BENCHMARKS.md.
     #[arg(long)]
     flex: bool,
-    /// Also run each training step with MLX's own autodiff in place of Burn's (a measurement
-    /// for docs/fusion.md: Burn's forward on `Mlx` under `mlx_rs::transforms::vjp`, Burn's
-    /// Adam): timed beside the `Autodiff<Mlx>` rows, and with `--count-primitives` counted, with
-    /// the largest difference from Burn's gradients.
+    /// Also run each training step with MLX's own autodiff in place of Burn's
+    /// (`burn_mlx::grad`: `Trainer` with Burn's Adam, rows "mlx-autodiff", and the whole step
+    /// compiled, `CompiledTrainer`, rows "mlx-compiled"): timed beside the `Autodiff<Mlx>` rows,
+    /// and with `--count-primitives` counted, with the largest difference from Burn's
+    /// gradients.
     #[arg(long)]
     mlx_autodiff: bool,
 }
@@ -222,22 +225,31 @@ impl StepVisitor<AD> for Counter {
         name: &'static str,
         model: M,
         loss: &dyn Fn(&M) -> Tensor<AD, 1>,
-        inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<Mlx, 1>,
-    ) {
+        inner_loss: InnerLoss<M::InnerModule, Mlx>,
+    ) where
+        M::InnerModule: 'static,
+    {
         if self.mlx_autodiff {
-            let (gap, scale) = mlx_autodiff::gradient_gap(&model, loss, inner_loss);
-            let n = mlx_autodiff::step_primitives(model.valid(), inner_loss);
+            let (gap, scale) = mlx_autodiff::gradient_gap(&model, loss, &*inner_loss);
+            let n = mlx_autodiff::step_primitives(model.valid(), &*inner_loss);
             println!(
                 "{name:<28} with MLX's autodiff: primitives {n:>5}; gradients differ from \
                  Burn's by at most {gap:.2e} (largest gradient {scale:.2e})"
+            );
+            let (loss_gap, param_gap) = mlx_autodiff::compiled_gap(model.valid(), inner_loss);
+            println!(
+                "{name:<28} compiled step against step by step, 3 Adam steps: losses differ \
+                 by at most {loss_gap:.2e} (relative), parameters by {param_gap:.2e}"
             );
         }
         print_counts(name, &step_primitives(model, loss));
     }
 }
 
-/// `--mlx-autodiff`: times each training step with MLX's autodiff (`mlx_autodiff.rs`).
+/// `--mlx-autodiff`: times each training step with MLX's autodiff (`mlx_autodiff.rs`), step by
+/// step or (`compiled`) with the whole step compiled.
 struct MlxAutodiffTimer<F> {
+    compiled: bool,
     warmup: usize,
     budget: Duration,
     on_result: F,
@@ -249,9 +261,15 @@ impl<F: FnMut(&'static str, f64)> StepVisitor<AD> for MlxAutodiffTimer<F> {
         name: &'static str,
         model: M,
         _loss: &dyn Fn(&M) -> Tensor<AD, 1>,
-        inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<Mlx, 1>,
-    ) {
-        let secs = mlx_autodiff::step_secs(model.valid(), self.warmup, self.budget, inner_loss);
+        inner_loss: InnerLoss<M::InnerModule, Mlx>,
+    ) where
+        M::InnerModule: 'static,
+    {
+        let secs = if self.compiled {
+            mlx_autodiff::compiled_step_secs(model.valid(), self.warmup, self.budget, inner_loss)
+        } else {
+            mlx_autodiff::step_secs(model.valid(), self.warmup, self.budget, &*inner_loss)
+        };
         (self.on_result)(name, secs);
     }
 }
@@ -405,6 +423,7 @@ fn main() {
                 "mlx-autodiff"
             };
             let mut timer = MlxAutodiffTimer {
+                compiled: false,
                 warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
                 budget,
                 on_result: |name: &'static str, secs| {
@@ -414,6 +433,17 @@ fn main() {
             };
             workloads.run(&only, &mut timer);
         }
+    }
+    if args.mlx_autodiff {
+        // The whole step compiled by MLX (`burn_mlx::grad::CompiledTrainer`); graphs that hold
+        // a compiled function are left alone by the fusion pass.
+        let mut timer = MlxAutodiffTimer {
+            compiled: true,
+            warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
+            budget,
+            on_result: |name: &'static str, secs| push(name.into(), "mlx-compiled", secs),
+        };
+        workloads.run(&only, &mut timer);
     }
     if args.flex {
         let mut timer = Timer {
@@ -442,6 +472,8 @@ fn main() {
         for (theirs, ours) in [
             ("burn-mlx unfused", "mlx-autodiff unfused"),
             ("burn-mlx", "mlx-autodiff"),
+            ("burn-mlx", "mlx-compiled"),
+            ("burn-mlx unfused", "mlx-compiled"),
         ] {
             if let (Some(burn), Some(mlx)) = (secs(theirs), secs(ours)) {
                 println!("{workload:<28} {ours} is {:.2}x {theirs}", burn / mlx);

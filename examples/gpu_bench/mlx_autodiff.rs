@@ -1,10 +1,11 @@
 //! `--mlx-autodiff`: the four training steps with MLX's own autodiff (`burn_mlx::grad`) in
-//! place of Burn's `Autodiff<Mlx>`, with the same Burn Adam, for the comparison in
-//! benches/nvidia.md and docs/fusion.md.
+//! place of Burn's `Autodiff<Mlx>`, with the same Burn Adam, step by step and with the whole
+//! step compiled, for the comparison in benches/nvidia.md and docs/fusion.md.
 
 use crate::steps::median_secs;
+use crate::steps::InnerLoss;
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
-use burn_mlx::grad::{value_and_grad, Trainer};
+use burn_mlx::grad::{value_and_grad, AdamSettings, CompiledTrainer, Trainer};
 use burn_mlx::{pending_primitives, to_mlx, Mlx, MlxTensor};
 use burn_optim::{AdamConfig, GradientsParams};
 use burn_tensor::backend::AutodiffBackend;
@@ -38,6 +39,59 @@ pub fn step_secs<M: Module<Mlx>>(
         let value = trainer.step(1e-3, loss).expect("a training step");
         let _ = value.into_scalar();
     })
+}
+
+/// Median seconds per step with the whole step compiled by MLX (`CompiledTrainer`, Burn's Adam
+/// arithmetic), timed like [`step_secs`]. The workloads' batches never change, so the loss keeps
+/// them (a compiled step keeps captured tensors as they were at the first step).
+pub fn compiled_step_secs<M: Module<Mlx> + 'static>(
+    model: M,
+    warmup: usize,
+    budget: Duration,
+    loss: InnerLoss<M, Mlx>,
+) -> f64 {
+    let mut trainer = CompiledTrainer::new(model, AdamSettings::default(), move |m: &M, _| loss(m))
+        .expect("a model with parameters");
+    median_secs(warmup, budget, || {
+        let value = trainer.step(1e-3, &[]).expect("a compiled training step");
+        let _ = value.into_scalar();
+    })
+}
+
+/// The compiled step against the step-by-step one: both train a copy of `model` for 3 Adam
+/// steps; returns the largest relative difference of their losses and the largest difference
+/// of their parameters after the last step.
+pub fn compiled_gap<M: Module<Mlx> + 'static>(model: M, loss: InnerLoss<M, Mlx>) -> (f32, f32) {
+    let mut plain = trainer(model.clone());
+    let traced = loss.clone();
+    let mut compiled =
+        CompiledTrainer::new(model, AdamSettings::default(), move |m: &M, _| traced(m))
+            .expect("a model with parameters");
+    let mut loss_gap = 0.0f32;
+    for _ in 0..3 {
+        let a: f32 = plain.step(1e-3, &*loss).expect("a step").into_scalar();
+        let b: f32 = compiled
+            .step(1e-3, &[])
+            .expect("a compiled step")
+            .into_scalar();
+        loss_gap = loss_gap.max((a - b).abs() / a.abs().max(f32::MIN_POSITIVE));
+    }
+    struct Values(Vec<f32>);
+    impl ModuleVisitor<Mlx> for Values {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Mlx, D>>) {
+            let data = param.val().into_data().convert::<f32>();
+            self.0.extend(data.to_vec::<f32>().expect("f32 values"));
+        }
+    }
+    let (mut a, mut b) = (Values(vec![]), Values(vec![]));
+    plain.model().visit(&mut a);
+    compiled.model().visit(&mut b);
+    let param_gap =
+        a.0.iter()
+            .zip(&b.0)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+    (loss_gap, param_gap)
 }
 
 /// Primitives of one steady-state step (the updated parameters and the loss), counted as

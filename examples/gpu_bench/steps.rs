@@ -9,6 +9,7 @@ use burn_nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::backend::AutodiffBackend;
 use burn_tensor::{Distribution, Int, Tensor};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Name of the MLP workload.
@@ -62,6 +63,10 @@ pub fn median_secs(warmup: usize, budget: Duration, mut f: impl FnMut()) -> f64 
     times[times.len() / 2]
 }
 
+/// A workload's loss on the inner backend's module, owning what it reads (so that MLX's
+/// `compile` can keep it).
+pub type InnerLoss<M, B> = Rc<dyn Fn(&M) -> Tensor<B, 1>>;
+
 /// What is done with each workload: its model and its loss are handed over.
 pub trait StepVisitor<B: AutodiffBackend> {
     /// Called once per workload, in the order of [`ALL`]. `inner_loss` is the same loss on the
@@ -71,8 +76,9 @@ pub trait StepVisitor<B: AutodiffBackend> {
         name: &'static str,
         model: M,
         loss: &dyn Fn(&M) -> Tensor<B, 1>,
-        inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<B::InnerBackend, 1>,
-    );
+        inner_loss: InnerLoss<M::InnerModule, B::InnerBackend>,
+    ) where
+        M::InnerModule: 'static;
 }
 
 /// The inputs of the four workloads (made once, reused by every step).
@@ -123,11 +129,12 @@ impl<B: AutodiffBackend> Workloads<B> {
                     self.ce
                         .forward(m.forward(self.mlp_x.clone()), self.mlp_y.clone())
                 },
-                &|m: &Mlp<B::InnerBackend>| {
-                    self.ce_inner.forward(
-                        m.forward(self.mlp_x.clone().inner()),
-                        self.mlp_y.clone().inner(),
-                    )
+                {
+                    let ce = self.ce_inner.clone();
+                    let (x, y) = (self.mlp_x.clone().inner(), self.mlp_y.clone().inner());
+                    Rc::new(move |m: &Mlp<B::InnerBackend>| {
+                        ce.forward(m.forward(x.clone()), y.clone())
+                    })
                 },
             );
         }
@@ -139,11 +146,12 @@ impl<B: AutodiffBackend> Workloads<B> {
                     self.ce
                         .forward(m.forward(self.cnn_x.clone()), self.cnn_y.clone())
                 },
-                &|m: &Cnn<B::InnerBackend>| {
-                    self.ce_inner.forward(
-                        m.forward(self.cnn_x.clone().inner()),
-                        self.cnn_y.clone().inner(),
-                    )
+                {
+                    let ce = self.ce_inner.clone();
+                    let (x, y) = (self.cnn_x.clone().inner(), self.cnn_y.clone().inner());
+                    Rc::new(move |m: &Cnn<B::InnerBackend>| {
+                        ce.forward(m.forward(x.clone()), y.clone())
+                    })
                 },
             );
         }
@@ -155,11 +163,13 @@ impl<B: AutodiffBackend> Workloads<B> {
                     let out = m.forward(self.enc_x.clone());
                     (out - self.enc_target.clone()).powi_scalar(2).mean()
                 },
-                &|m: &Encoder<B::InnerBackend>| {
-                    let out = m.forward(self.enc_x.clone().inner());
-                    (out - self.enc_target.clone().inner())
-                        .powi_scalar(2)
-                        .mean()
+                {
+                    let (x, target) = (self.enc_x.clone().inner(), self.enc_target.clone().inner());
+                    Rc::new(move |m: &Encoder<B::InnerBackend>| {
+                        (m.forward(x.clone()) - target.clone())
+                            .powi_scalar(2)
+                            .mean()
+                    })
                 },
             );
         }
@@ -173,11 +183,12 @@ impl<B: AutodiffBackend> Workloads<B> {
                         .reshape([lm::BATCH * lm::SEQ, lm::VOCAB]);
                     self.ce.forward(logits, self.lm.targets.clone())
                 },
-                &|m: &DecoderLm<B::InnerBackend>| {
-                    let logits = m
-                        .forward(&self.lm_inner)
-                        .reshape([lm::BATCH * lm::SEQ, lm::VOCAB]);
-                    self.ce_inner.forward(logits, self.lm_inner.targets.clone())
+                {
+                    let (ce, batch) = (self.ce_inner.clone(), self.lm_inner.clone());
+                    Rc::new(move |m: &DecoderLm<B::InnerBackend>| {
+                        let logits = m.forward(&batch).reshape([lm::BATCH * lm::SEQ, lm::VOCAB]);
+                        ce.forward(logits, batch.targets.clone())
+                    })
                 },
             );
         }
@@ -200,8 +211,10 @@ impl<B: AutodiffBackend, F: FnMut(&'static str, f64)> StepVisitor<B> for Timer<F
         name: &'static str,
         model: M,
         loss: &dyn Fn(&M) -> Tensor<B, 1>,
-        _inner_loss: &dyn Fn(&M::InnerModule) -> Tensor<B::InnerBackend, 1>,
-    ) {
+        _inner_loss: InnerLoss<M::InnerModule, B::InnerBackend>,
+    ) where
+        M::InnerModule: 'static,
+    {
         let secs = step_secs(model, self.warmup, self.budget, loss);
         (self.on_result)(name, secs);
     }
