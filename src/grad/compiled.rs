@@ -37,6 +37,8 @@ impl Default for AdamSettings {
 ///
 /// The loss takes the model and the batch. Everything that changes from step to step must come
 /// in through `batch`: tensors the loss captures are frozen into the trace at the first step.
+/// The loss cannot read values (a trace has none yet), and a new batch shape or dtype traces the
+/// step again. Like [`Compiled`], a trainer belongs to the thread that made it (not `Send`).
 ///
 /// ```
 /// use burn_core::module::Module;
