@@ -40,7 +40,7 @@ use device_flag::DeviceFlag;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use steps::{median_secs, InnerLoss, StepVisitor, Timer, Workloads};
+use steps::{median_secs, InnerLoss, StepVisitor, TimedSteps, Timer, Workloads};
 
 type AD = Autodiff<Mlx>;
 
@@ -65,6 +65,38 @@ fn fused_counts(name: &str, before: FusionStats) -> FusionStats {
         );
     }
     now
+}
+
+/// Prints burn-mlx's fusion pass over a workload's timed steps: host time per step, the part
+/// inside compiled functions, and evaluations per step.
+#[derive(Default)]
+struct FusionProbe(Option<FusionStats>);
+
+impl TimedSteps for FusionProbe {
+    fn start(&mut self) {
+        self.0 = Some(burn_mlx::fusion::stats());
+    }
+
+    fn finish(&mut self, steps: usize) {
+        let Some(before) = self.0.take() else {
+            return;
+        };
+        let pass = burn_mlx::fusion::stats().since(&before);
+        if pass.fused > 0 && steps > 0 {
+            let per_step = |n: u64| n as f64 / steps as f64;
+            println!(
+                "{:<28} fusion pass: {:.3} ms of host time per timed step, {:.3} ms of it in \
+                 compiled functions ({:.0} evaluations per step, {:.0} through compiled graphs, \
+                 {:.0} of them recognized without a full walk)",
+                "",
+                per_step(pass.pass_nanos) / 1e6,
+                per_step(pass.call_nanos) / 1e6,
+                per_step(pass.evaluations),
+                per_step(pass.fused),
+                per_step(pass.recognized)
+            );
+        }
+    }
 }
 
 /// Collects the MLX tensors behind a module's float parameters.
@@ -414,6 +446,7 @@ fn main() {
                 push(name.into(), implementation, secs);
                 before = fused_counts(name, before);
             },
+            probe: FusionProbe::default(),
         };
         workloads.run(&only, &mut timer);
         if args.mlx_autodiff {
@@ -450,6 +483,7 @@ fn main() {
             warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
             budget,
             on_result: |name: &'static str, secs| push(name.into(), "burn-flex", secs),
+            probe: (),
         };
         Workloads::<Autodiff<Flex>>::new(&FlexDevice).run(&only, &mut timer);
     }

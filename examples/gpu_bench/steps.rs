@@ -196,16 +196,20 @@ impl<B: AutodiffBackend> Workloads<B> {
 }
 
 /// Times each workload's Adam step ([`step_secs`]) and hands the median to a callback.
-pub struct Timer<F> {
+pub struct Timer<F, P = ()> {
     /// Untimed steps before each workload's timed ones ([`STEP_WARMUP`] for a full run).
     pub warmup: usize,
     /// Time budget of each workload's timed steps.
     pub budget: Duration,
     /// Called with each workload's name and median seconds per step.
     pub on_result: F,
+    /// Called around each workload's timed steps.
+    pub probe: P,
 }
 
-impl<B: AutodiffBackend, F: FnMut(&'static str, f64)> StepVisitor<B> for Timer<F> {
+impl<B: AutodiffBackend, F: FnMut(&'static str, f64), P: TimedSteps> StepVisitor<B>
+    for Timer<F, P>
+{
     fn visit<M: AutodiffModule<B>>(
         &mut self,
         name: &'static str,
@@ -215,18 +219,31 @@ impl<B: AutodiffBackend, F: FnMut(&'static str, f64)> StepVisitor<B> for Timer<F
     ) where
         M::InnerModule: 'static,
     {
-        let secs = step_secs(model, self.warmup, self.budget, loss);
+        let secs = step_secs(model, self.warmup, self.budget, loss, &mut self.probe);
         (self.on_result)(name, secs);
     }
 }
 
+/// Called around a workload's timed steps, after its warm-up: `gpu_bench` reads burn-mlx's
+/// fusion counters there (the one-time compilations fall in the warm-up); other backends have no
+/// such counters (`()`).
+pub trait TimedSteps {
+    /// Before the first timed step.
+    fn start(&mut self) {}
+    /// After the last timed step, with the number of steps timed.
+    fn finish(&mut self, _steps: usize) {}
+}
+
+impl TimedSteps for () {}
+
 /// Median seconds per Adam step (forward, backward, update, loss read back) of `model`, after
-/// `warmup` untimed steps.
+/// `warmup` untimed steps; `probe` is called around the timed ones.
 pub fn step_secs<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: M,
     warmup: usize,
     budget: Duration,
     loss: &dyn Fn(&M) -> Tensor<B, 1>,
+    probe: &mut dyn TimedSteps,
 ) -> f64 {
     let mut model = Some(model);
     let mut optim = AdamConfig::new().init::<B, M>();
@@ -255,27 +272,12 @@ pub fn step_secs<B: AutodiffBackend, M: AutodiffModule<B>>(
     for _ in 0..warmup {
         step();
     }
-    // burn-mlx's fusion pass over the timed steps only (its counters are global and stay at
-    // zero on other backends): the one-time compilations fall in the warm-up steps.
-    let before = burn_mlx::fusion::stats();
+    probe.start();
     let mut steps = 0usize;
     let secs = median_secs(0, budget, || {
         steps += 1;
         step();
     });
-    let pass = burn_mlx::fusion::stats().since(&before);
-    if pass.fused > 0 {
-        println!(
-            "{:<28} fusion pass: {:.3} ms of host time per timed step, {:.3} ms of it in \
-             compiled functions ({:.0} evaluations per step, {:.0} through compiled graphs, \
-             {:.0} of them recognized without a full walk)",
-            "",
-            pass.pass_nanos as f64 / steps as f64 / 1e6,
-            pass.call_nanos as f64 / steps as f64 / 1e6,
-            pass.evaluations as f64 / steps as f64,
-            pass.fused as f64 / steps as f64,
-            pass.recognized as f64 / steps as f64
-        );
-    }
+    probe.finish(steps);
     secs
 }

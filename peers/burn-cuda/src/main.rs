@@ -70,6 +70,7 @@ fn main() {
             println!("{name:<28} {:<16} {:>10.3} ms", "burn-cuda", secs * 1e3);
             lines.push((name, secs));
         },
+        probe: (),
     };
     workloads.run(&only, &mut timer);
     if let Some(path) = args.json {
