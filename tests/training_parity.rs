@@ -436,6 +436,41 @@ fn mlx_autodiff_errors() {
     assert_eq!(grads.len(), 4);
 }
 
+/// The compiled step keeps a half-precision model in its dtype (its Adam constants follow the
+/// parameter's dtype, as Burn's Adam does).
+#[test]
+fn compiled_step_keeps_f16() {
+    use burn::tensor::DType;
+    let dm = MlxDevice::Cpu;
+    let weight = Tensor::<Mlx, 2>::ones([3, 2], &dm).cast(DType::F16);
+    let model = Linear {
+        weight: Param::from_tensor(weight),
+        bias: None,
+    };
+    let mut trainer = burn_mlx::grad::CompiledTrainer::new(
+        model,
+        burn_mlx::grad::AdamSettings::default(),
+        |m: &Linear<Mlx>, batch: &[burn_mlx::MlxTensor]| {
+            let x: Tensor<Mlx, 2> = burn_mlx::from_mlx(batch[0].clone()).unwrap();
+            m.forward(x).powi_scalar(2).mean()
+        },
+    )
+    .expect("a model with parameters");
+    let x = Tensor::<Mlx, 2>::ones([4, 3], &dm).cast(DType::F16);
+    let batch = [burn_mlx::to_mlx(x).unwrap()];
+    for _ in 0..2 {
+        let loss = trainer.step(1e-2, &batch).expect("a compiled step");
+        assert_eq!(loss.dtype(), DType::F16);
+    }
+    let weight = trainer.model().weight.val();
+    assert_eq!(weight.dtype(), DType::F16);
+    let w: Vec<f32> = weight.into_data().convert::<f32>().to_vec().unwrap();
+    assert!(
+        w.iter().all(|&v| v < 1.0),
+        "Adam moved every weight down: {w:?}"
+    );
+}
+
 #[test]
 fn mlp_sgd_momentum_parity() {
     let (dm, dn) = devices();

@@ -199,15 +199,22 @@ fn step_graph<M: Module<Mlx>>(
     for (i, g) in grads.iter().enumerate() {
         let (p, m, v) = (&params[i], &inputs[n + i].array, &inputs[2 * n + i].array);
         let update = || -> Result<(Array, Array, Array), mlx_rs::error::Exception> {
+            // Every constant in the parameter's dtype: an f32 scalar would promote an f16 or
+            // bf16 parameter (and its moments) to f32, as Burn's Adam does not.
+            let dtype = p.dtype();
+            let k = |x: f32| scalar(x).as_dtype(dtype);
             let m = m
-                .multiply(scalar(adam.beta_1))?
-                .add(g.multiply(scalar(1.0 - adam.beta_1))?)?;
+                .multiply(k(adam.beta_1)?)?
+                .add(g.multiply(k(1.0 - adam.beta_1)?)?)?;
             let v = v
-                .multiply(scalar(adam.beta_2))?
-                .add(g.square()?.multiply(scalar(1.0 - adam.beta_2))?)?;
-            let root = v.divide(&c2)?.sqrt()?.add(scalar(adam.epsilon))?;
-            let delta = m.divide(&c1)?.divide(&root)?;
-            Ok((p.subtract(delta.multiply(lr)?)?, m, v))
+                .multiply(k(adam.beta_2)?)?
+                .add(g.square()?.multiply(k(1.0 - adam.beta_2)?)?)?;
+            let root = v
+                .divide(c2.as_dtype(dtype)?)?
+                .sqrt()?
+                .add(k(adam.epsilon)?)?;
+            let delta = m.divide(c1.as_dtype(dtype)?)?.divide(&root)?;
+            Ok((p.subtract(delta.multiply(lr.as_dtype(dtype)?)?)?, m, v))
         };
         let (p, m, v) = update().map_err(fail)?;
         new.0.push(p);
