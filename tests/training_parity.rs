@@ -334,80 +334,88 @@ fn mlp_adam_parity() {
     compare("mlp/adam", ADAM_PARAM_TOL, init, a, b);
 }
 
+/// Adam parity of a model trained on plain `Mlx` by `train_mx` (MLX's own autodiff) against the
+/// same model on `Autodiff<NdArray>` with Burn's Adam, from the same weights (`seed`) and batches
+/// (`features`, `batch`, `data_seed`).
+fn adam_parity_on_plain_mlx<Mx, Nd>(
+    name: &str,
+    seed: u64,
+    (features, batch, data_seed): (usize, usize, u64),
+    new_nd: fn(&NdArrayDevice) -> Nd,
+    new_mx: fn(&MlxDevice) -> Mx,
+    train_mx: impl FnOnce(Mx, &[(TensorData, TensorData)], &MlxDevice) -> (Vec<f64>, Mx),
+) where
+    Mx: Classifier<Mlx>,
+    Nd: Classifier<NdAd> + AutodiffModule<NdAd>,
+    Mx::Record: 'static,
+    Nd::Record: 'static,
+{
+    let (dm, dn) = devices();
+    NdAd::seed(&dn, seed);
+    let nd = materialize(new_nd(&dn));
+    let mx = transfer(&nd, new_mx(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(features, batch, STEPS, data_seed);
+    let a = train_mx(mx, &data, &dm);
+    let b = train(nd, AdamConfig::new().init::<NdAd, Nd>(), 1e-2, &data, &dn);
+    compare(name, ADAM_PARAM_TOL, init, a, b);
+}
+
 #[test]
 fn mlp_adam_parity_with_mlx_autodiff() {
-    let (dm, dn) = devices();
-    NdAd::seed(&dn, 1);
-    let nd = materialize(Mlp::<NdAd>::new(&dn));
-    let mx = transfer(&nd, Mlp::<Mlx>::new(&dm), &dm);
-    let init = parameters(&nd);
-    let data = batches(12, 32, STEPS, 11);
-    let a = train_mlx_grad(mx, AdamConfig::new().build(), 1e-2, &data, &dm);
-    let b = train(
-        nd,
-        AdamConfig::new().init::<NdAd, Mlp<NdAd>>(),
-        1e-2,
-        &data,
-        &dn,
+    adam_parity_on_plain_mlx(
+        "mlp/adam/mlx-autodiff",
+        1,
+        (12, 32, 11),
+        Mlp::<NdAd>::new,
+        Mlp::<Mlx>::new,
+        |mx, data, dm| train_mlx_grad(mx, AdamConfig::new().build(), 1e-2, data, dm),
     );
-    compare("mlp/adam/mlx-autodiff", ADAM_PARAM_TOL, init, a, b);
 }
 
 #[test]
 fn cnn_adam_parity_with_mlx_autodiff() {
-    let (dm, dn) = devices();
-    NdAd::seed(&dn, 3);
-    let nd = materialize(SmallCnn::<NdAd>::new(&dn));
-    let mx = transfer(&nd, SmallCnn::<Mlx>::new(&dm), &dm);
-    let init = parameters(&nd);
-    let data = batches(64, 16, STEPS, 13);
-    let a = train_mlx_grad(mx, AdamConfig::new().build(), 1e-2, &data, &dm);
-    let b = train(
-        nd,
-        AdamConfig::new().init::<NdAd, SmallCnn<NdAd>>(),
-        1e-2,
-        &data,
-        &dn,
+    adam_parity_on_plain_mlx(
+        "cnn/adam/mlx-autodiff",
+        3,
+        (64, 16, 13),
+        SmallCnn::<NdAd>::new,
+        SmallCnn::<Mlx>::new,
+        |mx, data, dm| train_mlx_grad(mx, AdamConfig::new().build(), 1e-2, data, dm),
     );
-    compare("cnn/adam/mlx-autodiff", ADAM_PARAM_TOL, init, a, b);
 }
 
 #[test]
 fn mlp_adam_parity_with_compiled_step() {
-    let (dm, dn) = devices();
-    NdAd::seed(&dn, 1);
-    let nd = materialize(Mlp::<NdAd>::new(&dn));
-    let mx = transfer(&nd, Mlp::<Mlx>::new(&dm), &dm);
-    let init = parameters(&nd);
-    let data = batches(12, 32, STEPS, 11);
-    let loss_fn = CrossEntropyLossConfig::new().init(&dm);
-    let mut trainer = burn_mlx::grad::CompiledTrainer::new(
-        mx,
-        burn_mlx::grad::AdamSettings::default(),
-        move |m: &Mlp<Mlx>, batch: &[burn_mlx::MlxTensor]| {
-            let x: Tensor<Mlx, 2> = burn_mlx::from_mlx(batch[0].clone()).unwrap();
-            let y: Tensor<Mlx, 1, Int> = burn_mlx::from_mlx(batch[1].clone()).unwrap();
-            loss_fn.forward(m.logits(x), y)
+    adam_parity_on_plain_mlx(
+        "mlp/adam/compiled-step",
+        1,
+        (12, 32, 11),
+        Mlp::<NdAd>::new,
+        Mlp::<Mlx>::new,
+        |mx, data, dm| {
+            let loss_fn = CrossEntropyLossConfig::new().init(dm);
+            let mut trainer = burn_mlx::grad::CompiledTrainer::new(
+                mx,
+                burn_mlx::grad::AdamSettings::default(),
+                move |m: &Mlp<Mlx>, batch: &[burn_mlx::MlxTensor]| {
+                    let x: Tensor<Mlx, 2> = burn_mlx::from_mlx(batch[0].clone()).unwrap();
+                    let y: Tensor<Mlx, 1, Int> = burn_mlx::from_mlx(batch[1].clone()).unwrap();
+                    loss_fn.forward(m.logits(x), y)
+                },
+            )
+            .expect("a model with parameters");
+            let mut losses = Vec::new();
+            for (x, y) in data.iter().take(STEPS) {
+                let x = Tensor::<Mlx, 2>::from_data(x.clone(), dm);
+                let y = Tensor::<Mlx, 1, Int>::from_data(y.clone(), dm);
+                let batch = [burn_mlx::to_mlx(x).unwrap(), burn_mlx::to_mlx(y).unwrap()];
+                let loss = trainer.step(1e-2, &batch).expect("a compiled step");
+                losses.push(loss.into_scalar().elem::<f64>());
+            }
+            (losses, trainer.model())
         },
-    )
-    .expect("a model with parameters");
-    let mut losses = Vec::new();
-    for (x, y) in data.iter().take(STEPS) {
-        let x = Tensor::<Mlx, 2>::from_data(x.clone(), &dm);
-        let y = Tensor::<Mlx, 1, Int>::from_data(y.clone(), &dm);
-        let batch = [burn_mlx::to_mlx(x).unwrap(), burn_mlx::to_mlx(y).unwrap()];
-        let loss = trainer.step(1e-2, &batch).expect("a compiled step");
-        losses.push(loss.into_scalar().elem::<f64>());
-    }
-    let a = (losses, trainer.model());
-    let b = train(
-        nd,
-        AdamConfig::new().init::<NdAd, Mlp<NdAd>>(),
-        1e-2,
-        &data,
-        &dn,
     );
-    compare("mlp/adam/compiled-step", ADAM_PARAM_TOL, init, a, b);
 }
 
 /// `value_and_grad` refuses a loss of more than one value and a model without parameters,
