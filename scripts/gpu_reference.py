@@ -16,8 +16,9 @@ Usage (needs `mlx` with `mlx-cuda-13` 0.32.2, and torch with CUDA, in the same P
 It prints two Markdown tables: the matmuls against MLX's Python API, and one row per training
 step with every implementation the JSON files hold (Burn + Mlx with and without its automatic
 fusion, burn-cuda) next to PyTorch eager and `torch.compile` (`--no-compile` leaves the latter
-out), with the ratios of Burn + Mlx (default settings) to PyTorch eager and to burn-cuda
-(above 1: Burn + Mlx is faster).
+out), and a second table with the ratios of each Burn + Mlx row (default settings, and
+`--mlx-autodiff`'s `grad::Trainer` and `grad::CompiledTrainer` rows when the JSON has them) to
+PyTorch eager, torch.compile and burn-cuda (above 1: the Burn + Mlx row is faster).
 
     python3 scripts/gpu_reference.py --profile
 
@@ -264,21 +265,43 @@ def main():
         print("| workload | Burn + Mlx | reference | reference is | ratio |")
         print("|---|---|---|---|---|")
         print("\n".join(rows) + "\n")
-    impls = ["burn-mlx", "burn-mlx unfused", "burn-cuda"]
+    # Columns for every implementation the JSON files hold, in this order.
+    labels = {
+        "burn-mlx": "Burn + Mlx",
+        "burn-mlx unfused": "Burn + Mlx, no fusion",
+        "mlx-autodiff": "grad::Trainer",
+        "mlx-compiled": "grad::CompiledTrainer",
+        "burn-cuda": "burn-cuda",
+    }
+    impls = [i for i in labels if any(l["impl"] == i for l in burn)]
     print(
-        "| training step | Burn + Mlx | Burn + Mlx, no fusion | burn-cuda | PyTorch eager "
-        "| torch.compile | Burn + Mlx vs eager | Burn + Mlx vs burn-cuda |"
+        "| training step | "
+        + " | ".join(labels[i] for i in impls)
+        + " | PyTorch eager | torch.compile |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|" + "---|" * (len(impls) + 2))
+    times = {}
     for name, ref in steps.items():
         ours = {l["impl"]: l["secs"] for l in burn if l["workload"] == name}
         if not ours:
             continue
-        mine = ours.get("burn-mlx")
-        ratio = lambda other: f"**{other / mine:.2f}x**" if mine and isinstance(other, float) else "-"
+        times[name] = (ours, ref)
         cells = [ms(ours.get(i)) for i in impls] + [ms(ref["eager"]), ms(ref.get("compile"))]
-        print(f"| {name} | " + " | ".join(cells) + f" | {ratio(ref['eager'])} | {ratio(ours.get('burn-cuda'))} |")
-
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    # Ratios: the peer's time over each burn-mlx variant's (above 1: the burn-mlx variant is faster).
+    mine = [i for i in impls if i != "burn-cuda"]
+    peers = [("PyTorch eager", lambda o, r: r["eager"]), ("torch.compile", lambda o, r: r.get("compile"))]
+    if "burn-cuda" in impls:
+        peers.append(("burn-cuda", lambda o, r: o.get("burn-cuda")))
+    print("\n| training step | " + " | ".join(f"{labels[m]} vs {p}" for m in mine for p, _ in peers) + " |")
+    print("|---|" + "---|" * (len(mine) * len(peers)))
+    for name, (ours, ref) in times.items():
+        cells = []
+        for m in mine:
+            for _, peer in peers:
+                other, t = peer(ours, ref), ours.get(m)
+                cells.append(f"**{other / t:.2f}x**" if t and isinstance(other, float) else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     main()
