@@ -14,7 +14,8 @@
 //! 29.5M-parameter causal decoder language model (6 layers, d_model 512, seq 256, batch 8;
 //! left out by `--quick`). `--mlx-autodiff` also trains them with MLX's own autodiff
 //! (`burn_mlx::grad`), step by step and with the whole step compiled. `peers/burn-cuda` times the
-//! same four steps on burn-cuda. Each line prints the median
+//! same four steps on burn-cuda. `--host-build` instead measures, by phase, the host time of
+//! building each training step's lazy graph with nothing evaluated. Each line prints the median
 //! over timed runs after a warm-up, and `--json FILE` writes the same numbers for
 //! `scripts/gpu_reference.py`, which measures MLX's Python API and PyTorch eager on the same
 //! workloads and prints the comparison table.
@@ -23,6 +24,7 @@ extern crate burn_core as burn;
 
 #[path = "../common/device_flag.rs"]
 mod device_flag;
+mod host_build;
 mod mlx_autodiff;
 mod models;
 mod steps;
@@ -206,6 +208,10 @@ struct Args {
     /// gradients.
     #[arg(long)]
     mlx_autodiff: bool,
+    /// Instead of timing, measure the host time of building each training step's graph
+    /// (forward, backward, Adam, and dropping it), nothing evaluated (`host_build.rs`).
+    #[arg(long)]
+    host_build: bool,
 }
 
 /// Which training-step rows to time: without automatic fusion, with it, or both.
@@ -325,6 +331,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.host_build {
+        let budget = Sizes::new(args.quick).budget;
+        workloads.run(&only, &mut host_build::HostBuild { budget });
+        return;
+    }
     if args.count_primitives {
         workloads.run(
             &only,
