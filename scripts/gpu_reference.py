@@ -290,7 +290,9 @@ def main():
         print(f"| {name} | " + " | ".join(cells) + " |")
     # Ratios: the peer's time over each burn-mlx variant's (above 1: the burn-mlx variant is faster).
     mine = [i for i in impls if i != "burn-cuda"]
-    peers = [("PyTorch eager", lambda o, r: r["eager"]), ("torch.compile", lambda o, r: r.get("compile"))]
+    peers = [("PyTorch eager", lambda o, r: r["eager"])]
+    if any("compile" in r for _, r in times.values()):
+        peers.append(("torch.compile", lambda o, r: r.get("compile")))
     if "burn-cuda" in impls:
         peers.append(("burn-cuda", lambda o, r: o.get("burn-cuda")))
     print("\n| training step | " + " | ".join(f"{labels[m]} vs {p}" for m in mine for p, _ in peers) + " |")
