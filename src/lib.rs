@@ -33,8 +33,10 @@ pub mod fusion;
 pub mod grad;
 mod graph;
 mod interop;
+mod op_stream;
 mod ops;
 pub mod quant;
+mod scalar_tape;
 mod tensor;
 mod trace;
 
@@ -46,6 +48,7 @@ pub use error::MlxError;
 pub use ffi::{memory_stats, peak_memory, reset_peak_memory};
 pub use graph::{pending_by_kind, pending_primitives, PrimitiveKind};
 pub use interop::{from_mlx, to_mlx};
+pub use op_stream::{op_stream_stats, MlxFused, MlxFusionRuntime, OpStreamStats, StepOptimization};
 pub use tensor::{Dynamic, MlxTensor};
 
 /// The types most programs need, and the traits of the low-level API ([`MlxOps`] for the

@@ -419,6 +419,12 @@ impl<T, E: fmt::Display> OrPanic<T> for Result<T, E> {
 
 /// A 0-d MLX array holding `value` converted to `dtype`.
 pub(crate) fn scalar_array(value: Scalar, dtype: Dtype) -> Array {
+    crate::scalar_tape::capture(value, dtype, || constant_scalar_array(value, dtype))
+}
+
+/// A 0-d MLX array holding `value` converted to `dtype`, never replaced by a tape (see
+/// [`crate::scalar_tape`]).
+pub(crate) fn constant_scalar_array(value: Scalar, dtype: Dtype) -> Array {
     match dtype {
         Dtype::Bool => Array::from_bool(scalar_bool(value)),
         Dtype::Float64 => Array::from_slice_f64(&[scalar_f64(value)], &[]),

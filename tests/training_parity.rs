@@ -27,6 +27,7 @@ use burn_optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
 use std::path::PathBuf;
 
 type MlxAd = Autodiff<Mlx>;
+type FusedAd = Autodiff<burn_mlx::MlxFused>;
 type NdAd = Autodiff<NdArray>;
 
 /// Relative (and absolute floor) tolerance for the loss at each step.
@@ -477,6 +478,55 @@ fn compiled_step_keeps_f16() {
         w.iter().all(|&v| v < 1.0),
         "Adam moved every weight down: {w:?}"
     );
+}
+
+/// Checks that some of `Autodiff<MlxFused>`'s blocks ran compiled since `before` (these counters
+/// are process-wide, so other tests can only add to them).
+fn assert_compiled(name: &str, before: burn_mlx::OpStreamStats) {
+    let after = burn_mlx::op_stream_stats();
+    println!("{name}: op stream {before:?} -> {after:?}");
+    assert!(
+        after.compiled_runs > before.compiled_runs,
+        "{name}: no block of the op stream ran compiled ({before:?} -> {after:?})"
+    );
+}
+
+#[test]
+fn mlp_adam_parity_on_fused() {
+    let (dm, dn) = devices();
+    let before = burn_mlx::op_stream_stats();
+    NdAd::seed(&dn, 5);
+    let nd = materialize(Mlp::<NdAd>::new(&dn));
+    let mx = transfer(&nd, Mlp::<FusedAd>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(12, 32, STEPS, 15);
+    let adam = AdamConfig::new();
+    let a = train(mx, adam.init::<FusedAd, Mlp<FusedAd>>(), 1e-2, &data, &dm);
+    let b = train(nd, adam.init::<NdAd, Mlp<NdAd>>(), 1e-2, &data, &dn);
+    compare("fused mlp/adam", ADAM_PARAM_TOL, init, a, b);
+    assert_compiled("fused mlp/adam", before);
+}
+
+#[test]
+fn cnn_adam_parity_on_fused() {
+    let (dm, dn) = devices();
+    let before = burn_mlx::op_stream_stats();
+    NdAd::seed(&dn, 6);
+    let nd = materialize(SmallCnn::<NdAd>::new(&dn));
+    let mx = transfer(&nd, SmallCnn::<FusedAd>::new(&dm), &dm);
+    let init = parameters(&nd);
+    let data = batches(64, 16, STEPS, 16);
+    let adam = AdamConfig::new();
+    let a = train(
+        mx,
+        adam.init::<FusedAd, SmallCnn<FusedAd>>(),
+        1e-2,
+        &data,
+        &dm,
+    );
+    let b = train(nd, adam.init::<NdAd, SmallCnn<NdAd>>(), 1e-2, &data, &dn);
+    compare("fused cnn/adam", ADAM_PARAM_TOL, init, a, b);
+    assert_compiled("fused cnn/adam", before);
 }
 
 #[test]

@@ -1,0 +1,87 @@
+//! The fuser that burn-fusion offers each recorded op: it takes every op a compiled MLX function
+//! can run and closes the block at the first one it cannot.
+
+use super::step::StepOptimization;
+use crate::MlxDevice;
+use burn_backend::DType;
+use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
+use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr};
+
+/// Collects a block of ops for one [`StepOptimization`].
+#[derive(Clone)]
+pub(crate) struct StepFuser {
+    device: MlxDevice,
+    ops: Vec<OperationIr>,
+    status: FuserStatus,
+}
+
+impl StepFuser {
+    pub(crate) fn new(device: MlxDevice) -> Self {
+        Self {
+            device,
+            ops: Vec::new(),
+            status: FuserStatus::Open,
+        }
+    }
+}
+
+/// Whether a compiled MLX function can run `op`: not random ops (a compiled function would repeat
+/// the draws of its trace), not quantized tensors (their scales live beside the array), not
+/// custom ops or tensor initialization (handles from outside the stream).
+pub(crate) fn compilable(op: &OperationIr) -> bool {
+    let plain = match op {
+        OperationIr::Init(_) | OperationIr::Custom(_) => false,
+        OperationIr::Float(_, FloatOperationIr::Random(_))
+        | OperationIr::Float(_, FloatOperationIr::Quantize(_))
+        | OperationIr::Float(_, FloatOperationIr::Dequantize(_)) => false,
+        OperationIr::NumericInt(_, NumericOperationIr::IntRandom(_))
+        | OperationIr::NumericFloat(_, NumericOperationIr::IntRandom(_)) => false,
+        _ => true,
+    };
+    plain
+        && op
+            .nodes()
+            .iter()
+            .all(|t| !matches!(t.dtype, DType::QFloat(_)))
+}
+
+impl OperationFuser<StepOptimization> for StepFuser {
+    fn fuse(&mut self, operation: &OperationIr) {
+        if self.status == FuserStatus::Closed {
+            return;
+        }
+        if compilable(operation) {
+            self.ops.push(operation.clone());
+        } else {
+            self.status = FuserStatus::Closed;
+        }
+    }
+
+    fn finish(&mut self) -> StepOptimization {
+        StepOptimization::new(self.device, self.ops.clone())
+    }
+
+    fn reset(&mut self) {
+        self.ops.clear();
+        self.status = FuserStatus::Open;
+    }
+
+    fn status(&self) -> FuserStatus {
+        self.status
+    }
+
+    fn properties(&self) -> FuserProperties {
+        FuserProperties {
+            score: self.ops.len() as u64,
+            ready: !self.ops.is_empty(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn clone_dyn(&self) -> Box<dyn OperationFuser<StepOptimization>> {
+        Box::new(self.clone())
+    }
+}

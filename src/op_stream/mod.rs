@@ -1,0 +1,106 @@
+//! [`MlxFused`]: Burn's op-stream recorder (burn-fusion) over [`Mlx`], whose recurring blocks of
+//! ops run as MLX-compiled functions.
+//!
+//! With plain `Mlx`, every Burn op builds MLX arrays at once, and a training step builds its
+//! whole graph again on every step: thousands of arrays, each a heap allocation in MLX's C++ and
+//! a node in Burn's bookkeeping (docs/fusion.md measures where that host time goes). With
+//! `MlxFused` (`burn_fusion::Fusion<Mlx>`), Burn records each op as a small description in its
+//! fusion stream instead. burn-fusion groups the stream into blocks, recognizes a block it has
+//! seen before by its structure (shapes relative, scalar values left out) and hands it to the
+//! optimization that [`MlxFusionRuntime`] provides:
+//!
+//! - The first time a block runs, its ops run one by one on `Mlx` (as without recording), while
+//!   the scalar arrays they create are noted ([`crate::scalar_tape`]) and each is bound to the
+//!   Burn scalar of its op when their values agree.
+//! - The next time, MLX's `compile` traces one function that runs the block's ops on its inputs
+//!   (the tensors the block reads, then the bound scalars), and calls it.
+//! - From then on the compiled function is called directly: no MLX graph is built for the
+//!   block's ops, only the compiled function's outputs.
+//!
+//! Scalars that are not bound (an op that branches on a value, or derives a constant from it)
+//! are checked against the values the function was traced with; when one differs, the block runs
+//! op by op again and is traced anew. Random ops, quantized tensors and custom ops end a block
+//! and run op by op, since a compiled function would repeat a trace's random draws.
+//!
+//! ```no_run
+//! use burn_autodiff::Autodiff;
+//! use burn_mlx::MlxFused;
+//! type TrainBackend = Autodiff<MlxFused>;
+//! ```
+
+mod block;
+mod fuser;
+mod step;
+
+use crate::{Mlx, MlxDevice, MlxTensor};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
+use burn_backend::DType;
+use burn_fusion::{FusionBackend, FusionRuntime, OperationFuser};
+use burn_ir::{BackendIr, TensorHandle};
+
+pub use step::{op_stream_stats, OpStreamStats, StepOptimization};
+
+/// Burn's fusion backend over [`Mlx`]: ops are recorded, and recurring blocks of them run as
+/// MLX-compiled functions (see the [module docs](self)).
+pub type MlxFused = burn_fusion::Fusion<Mlx>;
+
+/// The [`FusionRuntime`] of [`MlxFused`]: MLX arrays as handles, and one fuser that takes every
+/// op it can compile.
+#[derive(Debug)]
+pub struct MlxFusionRuntime;
+
+impl FusionRuntime for MlxFusionRuntime {
+    type OptimizationState = Vec<burn_ir::OperationIr>;
+    type Optimization = StepOptimization;
+    type FusionHandle = MlxTensor;
+    type FusionDevice = MlxDevice;
+
+    fn fusers(device: MlxDevice) -> Vec<Box<dyn OperationFuser<StepOptimization>>> {
+        vec![Box::new(fuser::StepFuser::new(device))]
+    }
+}
+
+impl BackendIr for Mlx {
+    type Handle = MlxTensor;
+
+    fn float_tensor(handle: TensorHandle<MlxTensor>) -> FloatTensor<Self> {
+        handle.handle
+    }
+
+    fn int_tensor(handle: TensorHandle<MlxTensor>) -> IntTensor<Self> {
+        handle.handle
+    }
+
+    fn bool_tensor(handle: TensorHandle<MlxTensor>) -> BoolTensor<Self> {
+        handle.handle
+    }
+
+    fn quantized_tensor(handle: TensorHandle<MlxTensor>) -> QuantizedTensor<Self> {
+        handle.handle
+    }
+
+    fn float_tensor_handle(tensor: FloatTensor<Self>) -> MlxTensor {
+        tensor
+    }
+
+    fn int_tensor_handle(tensor: IntTensor<Self>) -> MlxTensor {
+        tensor
+    }
+
+    fn bool_tensor_handle(tensor: BoolTensor<Self>) -> MlxTensor {
+        tensor
+    }
+
+    fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> MlxTensor {
+        tensor
+    }
+}
+
+impl FusionBackend for Mlx {
+    type FusionRuntime = MlxFusionRuntime;
+    type FullPrecisionBackend = Mlx;
+
+    fn cast_float(tensor: FloatTensor<Self>, dtype: DType) -> MlxTensor {
+        <Mlx as burn_backend::ops::FloatTensorOps<Mlx>>::float_cast(tensor, dtype.into())
+    }
+}
