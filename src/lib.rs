@@ -33,7 +33,7 @@ pub mod fusion;
 pub mod grad;
 mod graph;
 mod interop;
-mod op_stream;
+pub mod op_stream;
 mod ops;
 pub mod quant;
 mod scalar_tape;

@@ -121,3 +121,62 @@ fn an_error_of_the_traced_function_comes_back_intact() {
     assert_eq!(out[0].dims(), vec![2, 4]);
     assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![3.0; 8]);
 }
+
+/// The program of [`op_stream_follows_every_steps_scalars_and_shapes`]: scalar ops whose values
+/// change from call to call (`powf_scalar`'s exponent also picks a different MLX op for 1, 2
+/// and 0.5), a mask fill and a reduction.
+fn scalar_program<B: burn_tensor::backend::Backend>(
+    x: Tensor<B, 2>,
+    (a, e, c): (f64, f64, f64),
+) -> Tensor<B, 2> {
+    let y = (x.clone() * a + 1.0).abs().powf_scalar(e);
+    let y = y.clamp(-c, c);
+    let y = y.clone().mask_fill(x.clone().greater_elem(a), -a) - x / (a + 2.0);
+    y.clone().sum_dim(1) * 0.5 + y
+}
+
+#[test]
+fn op_stream_follows_every_steps_scalars_and_shapes() {
+    // `Mlx` through Burn's op stream: the first call of a block runs op by op, later ones
+    // through its compiled function, whose scalars are inputs (bound) or checked (fixed).
+    type Fused = burn_mlx::MlxFused;
+    let device = MlxDevice::default();
+    let before = burn_mlx::op_stream_stats();
+    let steps = [
+        ([6usize, 9], (0.5, 2.0, 3.0)),
+        ([6, 9], (1.5, 3.0, 2.5)),
+        ([6, 9], (-0.75, 3.0, 4.0)),
+        ([6, 9], (2.0, 1.0, 1.5)),
+        ([6, 9], (0.25, 0.5, 9.0)),
+        ([6, 9], (1.25, 2.5, 2.0)),
+        ([4, 17], (0.8, 2.5, 3.5)),
+        ([4, 17], (-1.1, 2.5, 0.7)),
+        ([6, 9], (0.3, 3.0, 5.0)),
+        ([6, 9], (0.6, 3.0, 5.0)),
+    ];
+    for (i, (shape, scalars)) in steps.into_iter().enumerate() {
+        let data = rand_f(&shape, (-2.0, 2.0), 40 + i as u64);
+        let expected = scalar_program(
+            Tensor::<NdArray, 2>::from_data(data.clone(), &Default::default()),
+            scalars,
+        )
+        .into_data();
+        let got = scalar_program(Tensor::<Fused, 2>::from_data(data, &device), scalars).into_data();
+        compare(
+            &expected,
+            &got,
+            Tol {
+                rtol: 1e-4,
+                atol: 1e-5,
+            },
+            expected.dtype,
+        )
+        .unwrap_or_else(|m| panic!("step {i}, shape {shape:?}, scalars {scalars:?}: {m}"));
+    }
+    let after = burn_mlx::op_stream_stats();
+    println!("op stream: {before:?} -> {after:?}");
+    assert!(
+        after.compiled_runs > before.compiled_runs,
+        "no block ran compiled: {before:?} -> {after:?}"
+    );
+}

@@ -76,3 +76,48 @@ fn scalar_positions(op: &OperationIr) -> Vec<u64> {
     }
     positions
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_backend::{DType, Shape};
+    use burn_ir::{NumericOperationIr, ScalarIr, ScalarOpIr, TensorIr};
+
+    fn tensor(id: u64, status: TensorStatus) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::new([2, 3]),
+            status,
+            dtype: DType::F32,
+        }
+    }
+
+    fn add_scalar(lhs: TensorIr, out: u64, position: u64) -> OperationIr {
+        OperationIr::NumericFloat(
+            DType::F32,
+            NumericOperationIr::AddScalar(ScalarOpIr {
+                lhs,
+                rhs: ScalarIr::UInt(position),
+                out: tensor(out, TensorStatus::NotInit),
+            }),
+        )
+    }
+
+    #[test]
+    fn flow_follows_inputs_outputs_and_scalars() {
+        // t1 = t0 + s0 (t0 read, kept); t2 = t1 + s1 (t1's last use); t3 = t0 + s2 (t0's last
+        // use); t4 = t2 + s3, then t4 dropped. Left behind: t2 and t3.
+        let ops = vec![
+            add_scalar(tensor(0, TensorStatus::ReadOnly), 1, 0),
+            add_scalar(tensor(1, TensorStatus::ReadWrite), 2, 1),
+            add_scalar(tensor(0, TensorStatus::ReadWrite), 3, 2),
+            add_scalar(tensor(2, TensorStatus::ReadOnly), 4, 3),
+            OperationIr::Drop(tensor(4, TensorStatus::ReadWrite)),
+        ];
+        let flow = BlockFlow::of(&ops);
+        assert_eq!(flow.inputs, [TensorId::new(0)]);
+        assert_eq!(flow.outputs, [TensorId::new(2), TensorId::new(3)]);
+        assert_eq!(flow.consumed, [TensorId::new(0)]);
+        assert_eq!(flow.scalars, [vec![0], vec![1], vec![2], vec![3], vec![]]);
+    }
+}

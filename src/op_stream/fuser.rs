@@ -13,6 +13,8 @@ pub(crate) struct StepFuser {
     device: MlxDevice,
     ops: Vec<OperationIr>,
     status: FuserStatus,
+    /// The most ops in one block (0: no limit; `BURN_MLX_OP_STREAM_OPS`).
+    max_ops: usize,
 }
 
 impl StepFuser {
@@ -21,6 +23,7 @@ impl StepFuser {
             device,
             ops: Vec::new(),
             status: FuserStatus::Open,
+            max_ops: super::settings().max_ops,
         }
     }
 }
@@ -29,15 +32,16 @@ impl StepFuser {
 /// the draws of its trace), not quantized tensors (their scales live beside the array), not
 /// custom ops or tensor initialization (handles from outside the stream).
 pub(crate) fn compilable(op: &OperationIr) -> bool {
-    let plain = match op {
-        OperationIr::Init(_) | OperationIr::Custom(_) => false,
-        OperationIr::Float(_, FloatOperationIr::Random(_))
-        | OperationIr::Float(_, FloatOperationIr::Quantize(_))
-        | OperationIr::Float(_, FloatOperationIr::Dequantize(_)) => false,
-        OperationIr::NumericInt(_, NumericOperationIr::IntRandom(_))
-        | OperationIr::NumericFloat(_, NumericOperationIr::IntRandom(_)) => false,
-        _ => true,
-    };
+    let plain = !matches!(
+        op,
+        OperationIr::Init(_)
+            | OperationIr::Custom(_)
+            | OperationIr::Float(_, FloatOperationIr::Random(_))
+            | OperationIr::Float(_, FloatOperationIr::Quantize(_))
+            | OperationIr::Float(_, FloatOperationIr::Dequantize(_))
+            | OperationIr::NumericInt(_, NumericOperationIr::IntRandom(_))
+            | OperationIr::NumericFloat(_, NumericOperationIr::IntRandom(_))
+    );
     plain
         && op
             .nodes()
@@ -52,6 +56,9 @@ impl OperationFuser<StepOptimization> for StepFuser {
         }
         if compilable(operation) {
             self.ops.push(operation.clone());
+            if self.ops.len() == self.max_ops {
+                self.status = FuserStatus::Closed;
+            }
         } else {
             self.status = FuserStatus::Closed;
         }

@@ -10,7 +10,7 @@
 //! optimization that [`MlxFusionRuntime`] provides:
 //!
 //! - The first time a block runs, its ops run one by one on `Mlx` (as without recording), while
-//!   the scalar arrays they create are noted ([`crate::scalar_tape`]) and each is bound to the
+//!   the scalar arrays they create are noted (`src/scalar_tape.rs`) and each is bound to the
 //!   Burn scalar of its op when their values agree.
 //! - The next time, MLX's `compile` traces one function that runs the block's ops on its inputs
 //!   (the tensors the block reads, then the bound scalars), and calls it.
@@ -20,7 +20,18 @@
 //! Scalars that are not bound (an op that branches on a value, or derives a constant from it)
 //! are checked against the values the function was traced with; when one differs, the block runs
 //! op by op again and is traced anew. Random ops, quantized tensors and custom ops end a block
-//! and run op by op, since a compiled function would repeat a trace's random draws.
+//! and run op by op, since a compiled function would repeat a trace's random draws. A block ends
+//! after 256 ops (`BURN_MLX_OP_STREAM_OPS`, 0 for no limit), and a compiled block's outputs start
+//! evaluating at once (`BURN_MLX_OP_STREAM_LAUNCH=0` turns that off), so that the device works
+//! while Burn records the next block.
+//!
+//! **Measured, not the default.** On an H200 `Autodiff<MlxFused>` ran the `gpu_bench` training
+//! steps at 0.74x / 1.25x / 0.73x / 0.92x the speed of `Autodiff<Mlx>` (MLP / CNN / Transformer /
+//! decoder LM, medians of four processes): burn-fusion's recording costs more host time per op
+//! than building MLX arrays, and the compiled blocks still launch as many kernels as Burn's
+//! backward graph has. docs/fusion.md gives the breakdown; `gpu_bench --op-stream` reproduces it.
+//! On the CPU, compiled steps are slower than MLX's own kernels. Use it where it measures faster
+//! (the CNN step here), or as the base for experiments with Burn's op stream.
 //!
 //! ```no_run
 //! use burn_autodiff::Autodiff;
@@ -39,6 +50,29 @@ use burn_fusion::{FusionBackend, FusionRuntime, OperationFuser};
 use burn_ir::{BackendIr, TensorHandle};
 
 pub use step::{op_stream_stats, OpStreamStats, StepOptimization};
+
+/// How blocks are cut and launched, read once from the environment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// `BURN_MLX_OP_STREAM_OPS`: the most ops in one block (default 256; 0: a block runs until an
+    /// op that cannot be compiled, or until a value is read).
+    pub max_ops: usize,
+    /// `BURN_MLX_OP_STREAM_LAUNCH` (default 1; 0: off): start evaluating a compiled block's
+    /// outputs as soon as it has run (MLX's `async_eval`), so that the device works while later
+    /// ops are recorded.
+    pub launch: bool,
+}
+
+pub(crate) fn settings() -> Settings {
+    static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+    *SETTINGS.get_or_init(|| Settings {
+        max_ops: std::env::var("BURN_MLX_OP_STREAM_OPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256),
+        launch: std::env::var("BURN_MLX_OP_STREAM_LAUNCH").map_or(true, |v| v != "0"),
+    })
+}
 
 /// Burn's fusion backend over [`Mlx`]: ops are recorded, and recurring blocks of them run as
 /// MLX-compiled functions (see the [module docs](self)).

@@ -32,12 +32,15 @@ pub struct OpStreamStats {
     pub traces: u64,
     /// Blocks that stopped compiling: a failed trace, or scalars that kept changing.
     pub given_up: u64,
+    /// Host time in compiled calls (and their launches), nanoseconds.
+    pub call_nanos: u64,
 }
 
 static COMPILED_RUNS: AtomicU64 = AtomicU64::new(0);
 static UNFUSED_RUNS: AtomicU64 = AtomicU64::new(0);
 static TRACES: AtomicU64 = AtomicU64::new(0);
 static GIVEN_UP: AtomicU64 = AtomicU64::new(0);
+static CALL_NANOS: AtomicU64 = AtomicU64::new(0);
 
 /// The counters so far (see [`OpStreamStats`]).
 pub fn op_stream_stats() -> OpStreamStats {
@@ -46,6 +49,7 @@ pub fn op_stream_stats() -> OpStreamStats {
         unfused_runs: UNFUSED_RUNS.load(Ordering::Relaxed),
         traces: TRACES.load(Ordering::Relaxed),
         given_up: GIVEN_UP.load(Ordering::Relaxed),
+        call_nanos: CALL_NANOS.load(Ordering::Relaxed),
     }
 }
 
@@ -149,46 +153,6 @@ impl StepOptimization {
         Some((tape.finish(), starts))
     }
 
-    /// Binds each op's captured scalars to the op's own scalars when they agree one to one, in
-    /// order and by value; every other scalar of the block is fixed at its current value.
-    fn bind(
-        &self,
-        context: &Context<MlxTensor>,
-        captures: Vec<Captured>,
-        starts: &[usize],
-    ) -> Bindings {
-        let mut bound_to: Vec<Option<u64>> = vec![None; captures.len()];
-        let mut fixed = Vec::new();
-        for (i, positions) in self.flow.scalars.iter().enumerate() {
-            let own = &captures[starts[i]..starts[i + 1]];
-            let values: Option<Vec<ScalarIr>> = positions
-                .iter()
-                .map(|p| context.scalars.get(&ScalarId { value: *p }).copied())
-                .collect();
-            let Some(values) = values else { continue };
-            let agree = !positions.is_empty()
-                && own.len() == positions.len()
-                && own.iter().zip(&values).all(|(c, v)| same(&c.value, v));
-            if agree {
-                for (k, p) in positions.iter().enumerate() {
-                    bound_to[starts[i] + k] = Some(*p);
-                }
-            } else {
-                fixed.extend(positions.iter().copied().zip(values));
-            }
-        }
-        let bound = captures
-            .iter()
-            .zip(&bound_to)
-            .filter_map(|(c, b)| b.map(|p| (p, c.dtype)))
-            .collect();
-        Bindings {
-            captures: captures.into_iter().zip(bound_to).collect(),
-            bound,
-            fixed,
-        }
-    }
-
     /// Runs op by op, records, and binds anew (or gives up after [`MAX_RECORDINGS`]).
     fn record(
         &mut self,
@@ -203,7 +167,9 @@ impl StepOptimization {
             GIVEN_UP.fetch_add(1, Ordering::Relaxed);
             State::Unfused
         } else {
-            State::Ready(self.bind(context, captures, &starts))
+            State::Ready(bind(&self.flow.scalars, captures, &starts, |p| {
+                context.scalars.get(&ScalarId { value: p }).copied()
+            }))
         };
     }
 
@@ -267,6 +233,7 @@ impl StepOptimization {
             error: None,
         };
         let device = self.device;
+        let started = std::time::Instant::now();
         let result = {
             let _guard = crate::tensor::eval_lock();
             let _job = JobGuard::set(&mut job);
@@ -284,6 +251,12 @@ impl StepOptimization {
             ));
         }
         COMPILED_RUNS.fetch_add(1, Ordering::Relaxed);
+        if super::settings().launch {
+            let refs: Vec<&Array> = results.iter().collect();
+            let _guard = crate::tensor::eval_lock();
+            crate::fusion::eval("op stream launch", &refs, false).map_err(|e| e.to_string())?;
+        }
+        CALL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         for (id, array) in outputs.into_iter().zip(results) {
             context
                 .handles
@@ -352,6 +325,49 @@ impl Optimization<MlxFusionRuntime> for StepOptimization {
     }
 }
 
+/// Binds each op's captured scalars (`captures[starts[i]..starts[i + 1]]` for op `i`) to the
+/// op's own scalars (`positions[i]`, whose values `value_of` gives) when they agree one to one,
+/// in order and by value; every other scalar of the block is fixed at its current value.
+fn bind(
+    positions: &[Vec<u64>],
+    captures: Vec<Captured>,
+    starts: &[usize],
+    value_of: impl Fn(u64) -> Option<ScalarIr>,
+) -> Bindings {
+    let mut bound_to: Vec<Option<u64>> = vec![None; captures.len()];
+    let mut fixed = Vec::new();
+    for (i, positions) in positions.iter().enumerate() {
+        let own = &captures[starts[i]..starts[i + 1]];
+        let Some(values) = positions
+            .iter()
+            .map(|p| value_of(*p))
+            .collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let agree = !positions.is_empty()
+            && own.len() == positions.len()
+            && own.iter().zip(&values).all(|(c, v)| same(&c.value, v));
+        if agree {
+            for (k, p) in positions.iter().enumerate() {
+                bound_to[starts[i] + k] = Some(*p);
+            }
+        } else {
+            fixed.extend(positions.iter().copied().zip(values));
+        }
+    }
+    let bound = captures
+        .iter()
+        .zip(&bound_to)
+        .filter_map(|(c, b)| b.map(|p| (p, c.dtype)))
+        .collect();
+    Bindings {
+        captures: captures.into_iter().zip(bound_to).collect(),
+        bound,
+        fixed,
+    }
+}
+
 /// What the traced function needs from the run that traces it.
 struct TraceJob<'a> {
     execution: &'a OrderedExecution<MlxFusionRuntime>,
@@ -377,7 +393,7 @@ struct JobGuard(*mut TraceJob<'static>);
 
 impl JobGuard {
     fn set(job: &mut TraceJob<'_>) -> Self {
-        let ptr = job as *mut TraceJob<'_> as *mut TraceJob<'static>;
+        let ptr = (job as *mut TraceJob<'_>).cast::<TraceJob<'static>>();
         JobGuard(JOB.with(|j| j.replace(ptr)))
     }
 }
@@ -484,4 +500,63 @@ fn trace(job: &mut TraceJob<'_>, arrays: &[Array]) -> Result<Vec<Array>, String>
                 .ok_or_else(|| format!("the block did not produce its output {id:?}"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn captured(value: ScalarIr) -> Captured {
+        Captured {
+            value,
+            dtype: Dtype::Float32,
+        }
+    }
+
+    #[test]
+    fn scalars_bind_only_to_their_own_ops_one_to_one() {
+        // op 0: one scalar, one capture of its value: bound.
+        // op 1: one scalar, two captures (a derived constant beside it): fixed.
+        // op 2: one scalar, one capture of another value (derived from it): fixed.
+        // op 3: no scalar, one capture (an op's own constant): a constant, not bound.
+        // op 4: two scalars captured in order: both bound.
+        let values = [0.1, 2.0, 3.0, 4.0, 5.0];
+        let positions = vec![vec![0], vec![1], vec![2], vec![], vec![3, 4]];
+        let captures = vec![
+            captured(ScalarIr::Float(0.1)),
+            captured(ScalarIr::Float(2.0)),
+            captured(ScalarIr::Float(1.0)),
+            captured(ScalarIr::Float(1.0 / 3.0)),
+            captured(ScalarIr::Float(4.0)),
+            captured(ScalarIr::Float(4.0)),
+            captured(ScalarIr::Float(5.0)),
+        ];
+        let starts = [0, 1, 3, 4, 5, 7];
+        let b = bind(&positions, captures, &starts, |p| {
+            values.get(p as usize).map(|v| ScalarIr::Float(*v))
+        });
+        let bound_to: Vec<Option<u64>> = b.captures.iter().map(|(_, p)| *p).collect();
+        assert_eq!(
+            bound_to,
+            [Some(0), None, None, None, None, Some(3), Some(4)]
+        );
+        assert_eq!(
+            b.bound,
+            [
+                (0, Dtype::Float32),
+                (3, Dtype::Float32),
+                (4, Dtype::Float32)
+            ]
+        );
+        let fixed: Vec<u64> = b.fixed.iter().map(|(p, _)| *p).collect();
+        assert_eq!(fixed, [1, 2]);
+    }
+
+    #[test]
+    fn same_compares_floats_bit_for_bit() {
+        assert!(same(&ScalarIr::Float(f64::NAN), &ScalarIr::Float(f64::NAN)));
+        assert!(!same(&ScalarIr::Float(0.0), &ScalarIr::Float(-0.0)));
+        assert!(!same(&ScalarIr::Float(1.0), &ScalarIr::Int(1)));
+        assert!(same(&ScalarIr::Int(3), &ScalarIr::Int(3)));
+    }
 }
