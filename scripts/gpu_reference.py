@@ -15,7 +15,8 @@ Usage (needs `mlx` with `mlx-cuda-13` 0.32.2, and torch with CUDA, in the same P
 
 It prints two Markdown tables: the matmuls against MLX's Python API, and one row per training
 step with every implementation the JSON files hold (Burn + Mlx with and without its automatic
-fusion, `grad::Trainer` and `grad::CompiledTrainer`, burn-cuda) next to PyTorch eager and `torch.compile` (`--no-compile` leaves the latter
+fusion, `MlxFused` (`gpu_bench --op-stream`), `grad::Trainer` and `grad::CompiledTrainer`,
+burn-cuda) next to PyTorch eager and `torch.compile` (`--no-compile` leaves the latter
 out), and a second table with the ratios of each Burn + Mlx row (default settings, and
 `--mlx-autodiff`'s `grad::Trainer` and `grad::CompiledTrainer` rows when the JSON has them) to
 PyTorch eager, torch.compile and burn-cuda (above 1: the Burn + Mlx row is faster).
@@ -269,6 +270,7 @@ def main():
     labels = {
         "burn-mlx": "Burn + Mlx",
         "burn-mlx unfused": "Burn + Mlx, no fusion",
+        "burn-mlx op-stream": "Burn + MlxFused",
         "mlx-autodiff": "grad::Trainer",
         "mlx-compiled": "grad::CompiledTrainer",
         "burn-cuda": "burn-cuda",

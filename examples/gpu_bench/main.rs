@@ -33,7 +33,7 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::fusion::{FusionStats, DEFAULT_THRESHOLD};
-use burn_mlx::{compile_float, pending_primitives, Mlx, MlxDevice, PrimitiveKind};
+use burn_mlx::{compile_float, pending_primitives, Mlx, MlxDevice, MlxFused, PrimitiveKind};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Distribution, Tensor};
@@ -98,6 +98,32 @@ impl TimedSteps for FusionProbe {
                 per_step(pass.recognized)
             );
         }
+    }
+}
+
+/// Prints the op stream's compiled blocks per timed step and their host time.
+#[derive(Default)]
+struct OpStreamProbe(Option<burn_mlx::OpStreamStats>);
+
+impl TimedSteps for OpStreamProbe {
+    fn start(&mut self) {
+        self.0 = Some(burn_mlx::op_stream_stats());
+    }
+
+    fn finish(&mut self, steps: usize) {
+        let (Some(before), true) = (self.0.take(), steps > 0) else {
+            return;
+        };
+        let now = burn_mlx::op_stream_stats();
+        let per_step = |a: u64, b: u64| (a - b) as f64 / steps as f64;
+        println!(
+            "{:<28} op stream per timed step: {:.1} compiled blocks ({:.3} ms of host time in \
+             their calls), {:.1} blocks op by op",
+            "",
+            per_step(now.compiled_runs, before.compiled_runs),
+            per_step(now.call_nanos, before.call_nanos) / 1e6,
+            per_step(now.unfused_runs, before.unfused_runs)
+        );
     }
 }
 
@@ -212,6 +238,11 @@ struct Args {
     /// (forward, backward, Adam, and dropping it), nothing evaluated (`host_build.rs`).
     #[arg(long)]
     host_build: bool,
+    /// Also time the training steps on `Autodiff<MlxFused>` (rows "burn-mlx op-stream"): the
+    /// same model code with Burn's op stream recorded and its recurring blocks run as
+    /// MLX-compiled functions (`src/op_stream`).
+    #[arg(long)]
+    op_stream: bool,
 }
 
 /// Which training-step rows to time: without automatic fusion, with it, or both.
@@ -489,6 +520,26 @@ fn main() {
         };
         workloads.run(&only, &mut timer);
     }
+    if args.op_stream {
+        let before = burn_mlx::op_stream_stats();
+        let mut timer = Timer {
+            warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
+            budget,
+            on_result: |name: &'static str, secs| push(name.into(), "burn-mlx op-stream", secs),
+            probe: OpStreamProbe::default(),
+        };
+        Workloads::<Autodiff<MlxFused>>::new(&device).run(&only, &mut timer);
+        let after = burn_mlx::op_stream_stats();
+        println!(
+            "op stream: {} blocks ran compiled ({:.1} ms of host time in compiled calls), {} op \
+             by op, {} traces, {} blocks gave up",
+            after.compiled_runs - before.compiled_runs,
+            (after.call_nanos - before.call_nanos) as f64 / 1e6,
+            after.unfused_runs - before.unfused_runs,
+            after.traces - before.traces,
+            after.given_up - before.given_up
+        );
+    }
     if args.flex {
         let mut timer = Timer {
             warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
@@ -519,12 +570,14 @@ fn main() {
             ("burn-mlx", "mlx-autodiff"),
             ("burn-mlx", "mlx-compiled"),
             ("burn-mlx unfused", "mlx-compiled"),
+            ("burn-mlx", "burn-mlx op-stream"),
+            ("mlx-compiled", "burn-mlx op-stream"),
         ] {
             if let (Some(burn), Some(mlx)) = (secs(theirs), secs(ours)) {
                 println!("{workload:<28} {ours} is {:.2}x {theirs}", burn / mlx);
             }
         }
-        for implementation in ["burn-mlx", "burn-mlx unfused"] {
+        for implementation in ["burn-mlx", "burn-mlx unfused", "burn-mlx op-stream"] {
             if let (Some(ours), Some(flex)) = (secs(implementation), secs("burn-flex")) {
                 println!(
                     "{workload:<28} {implementation} is {:.2}x burn-flex",
