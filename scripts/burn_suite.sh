@@ -6,7 +6,8 @@
 #   scripts/burn_suite.sh [options] [-- TEST_FILTER...]
 #     --burn DIR        Burn v0.21.0 checkout (default ../burn-v0.21.0 beside this repo); when DIR
 #                       does not exist, tag v0.21.0 is cloned into it (needs the network)
-#     --backend B       mlx (default) or flex
+#     --backend B       mlx (default), fused (`burn_mlx::MlxFused`: Burn's op stream over Mlx,
+#                       recurring blocks compiled by MLX) or flex
 #     --float F         f32 (default), f16 or bf16
 #     --suite S         tensor (default) or autodiff
 #     --gpu             build MLX's CUDA variant (burn-mlx feature `cuda`, where `MlxDevice::default()`
@@ -57,12 +58,12 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
 done
-case "$backend" in mlx|flex) ;; *) echo "--backend must be mlx or flex" >&2; exit 2 ;; esac
+case "$backend" in mlx|fused|flex) ;; *) echo "--backend must be mlx, fused or flex" >&2; exit 2 ;; esac
 case "$float" in f32|f16|bf16) ;; *) echo "--float must be f32, f16 or bf16" >&2; exit 2 ;; esac
 case "$suite" in tensor|autodiff) ;; *) echo "--suite must be tensor or autodiff" >&2; exit 2 ;; esac
 case "$tol_scale" in ''|*[!0-9]*) echo "--tol-scale must be a whole number" >&2; exit 2 ;; esac
-if [ "$gpu" = 1 ] && [ "$backend" != mlx ]; then
-  echo "--gpu is for --backend mlx (burn-flex runs on the CPU)" >&2; exit 2
+if [ "$gpu" = 1 ] && [ "$backend" = flex ]; then
+  echo "--gpu is for --backend mlx or fused (burn-flex runs on the CPU)" >&2; exit 2
 fi
 
 # The Burn checkout: a path, or a clone of the tag where the network allows.
@@ -159,8 +160,8 @@ EOF
 if [ ! -f "$work/Cargo.lock" ] && [ -f "$here/Cargo.lock" ]; then cp "$here/Cargo.lock" "$work/Cargo.lock"; fi
 
 # One test target per backend, float and suite, so that switching does not rebuild the others.
-for b in mlx flex; do
-  case "$b" in mlx) inner='burn_mlx::Mlx' ;; flex) inner='burn_flex::Flex' ;; esac
+for b in mlx fused flex; do
+  case "$b" in mlx) inner='burn_mlx::Mlx' ;; fused) inner='burn_mlx::MlxFused' ;; flex) inner='burn_flex::Flex' ;; esac
   for f in f32 f16 bf16; do
     case "$f" in f32) elem=f32 ;; f16) elem='burn_tensor::f16' ;; bf16) elem='burn_tensor::bf16' ;; esac
     # The part both suites share: element types, the backend, the default dtypes, the prelude.
