@@ -173,6 +173,22 @@ fn op_stream_follows_every_steps_scalars_and_shapes() {
         )
         .unwrap_or_else(|m| panic!("step {i}, shape {shape:?}, scalars {scalars:?}: {m}"));
     }
+    // Blocks whose only differences are in shapes given to ops (not in input shapes) or in slice
+    // ranges, which burn-fusion's relative form leaves out: each call must get its own values.
+    for (i, (n, k)) in [(2usize, 1usize), (3, 2), (2, 2), (5, 1), (3, 3), (3, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let x = Tensor::<Fused, 2>::ones([n, n], &device) * (i as f64 + 1.0) + 0.5;
+        let y = x.clone().slice([0..k, 0..n]).sum_dim(0) - x.slice([n - k..n, 0..n]).mean_dim(0);
+        let expected = vec![(k as f32 - 1.0) * (i as f32 + 1.5); n];
+        assert_eq!(y.dims(), [1, n], "call {i}: shape");
+        let got = y.into_data().to_vec::<f32>().expect("f32 values");
+        assert_eq!(
+            got, expected,
+            "call {i}: ones([{n}, {n}]), slices of {k} rows"
+        );
+    }
     let after = burn_mlx::op_stream_stats();
     println!("op stream: {before:?} -> {after:?}");
     assert!(

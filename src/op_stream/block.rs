@@ -17,6 +17,10 @@ pub(crate) struct BlockFlow {
     /// For each op, the positions of its scalars in the segment's scalar list, in the order they
     /// appear in the op.
     pub scalars: Vec<Vec<u64>>,
+    /// Every tensor the block touches (relative ids, in order of first appearance): the relative
+    /// form keeps no shapes, so a compiled function is valid only for the shapes these had when
+    /// it was recorded.
+    pub tensors: Vec<TensorId>,
 }
 
 impl BlockFlow {
@@ -26,7 +30,13 @@ impl BlockFlow {
         let mut created: HashSet<TensorId> = HashSet::new();
         let mut seen_inputs: HashSet<TensorId> = HashSet::new();
         let mut gone: HashSet<TensorId> = HashSet::new();
+        let mut touched: HashSet<TensorId> = HashSet::new();
         for op in ops {
+            for t in op.nodes() {
+                if touched.insert(t.id) {
+                    flow.tensors.push(t.id);
+                }
+            }
             let reads: Vec<&TensorIr> = op.inputs().collect();
             let dropped = matches!(op, OperationIr::Drop(_));
             for t in reads {
@@ -119,5 +129,10 @@ mod tests {
         assert_eq!(flow.outputs, [TensorId::new(2), TensorId::new(3)]);
         assert_eq!(flow.consumed, [TensorId::new(0)]);
         assert_eq!(flow.scalars, [vec![0], vec![1], vec![2], vec![3], vec![]]);
+        let ids: Vec<u64> = (0..5).collect();
+        assert_eq!(
+            flow.tensors,
+            ids.into_iter().map(TensorId::new).collect::<Vec<_>>()
+        );
     }
 }

@@ -5,7 +5,7 @@ use super::step::StepOptimization;
 use crate::MlxDevice;
 use burn_backend::DType;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
-use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr};
+use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr};
 
 /// Collects a block of ops for one [`StepOptimization`].
 #[derive(Clone)]
@@ -30,11 +30,16 @@ impl StepFuser {
 
 /// Whether a compiled MLX function can run `op`: not random ops (a compiled function would repeat
 /// the draws of its trace), not quantized tensors (their scales live beside the array), not
-/// custom ops or tensor initialization (handles from outside the stream).
+/// custom ops or tensor initialization (handles from outside the stream), and not slices:
+/// burn-fusion's relative form of a slice drops its ranges, so two slices of one tensor with
+/// different ranges would be taken for the same block.
 pub(crate) fn compilable(op: &OperationIr) -> bool {
     let plain = !matches!(
         op,
-        OperationIr::Init(_)
+        OperationIr::BaseFloat(BaseOperationIr::Slice(_) | BaseOperationIr::SliceAssign(_))
+            | OperationIr::BaseInt(BaseOperationIr::Slice(_) | BaseOperationIr::SliceAssign(_))
+            | OperationIr::BaseBool(BaseOperationIr::Slice(_) | BaseOperationIr::SliceAssign(_))
+            | OperationIr::Init(_)
             | OperationIr::Custom(_)
             | OperationIr::Float(_, FloatOperationIr::Random(_))
             | OperationIr::Float(_, FloatOperationIr::Quantize(_))

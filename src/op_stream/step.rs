@@ -7,7 +7,7 @@ use crate::scalar_tape::{same, Captured, Tape};
 use crate::tensor::constant_scalar_array;
 use crate::trace::TraceGuard;
 use crate::{MlxDevice, MlxTensor};
-use burn_backend::Scalar;
+use burn_backend::{Scalar, Shape};
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_fusion::{NumOperations, Optimization};
 use burn_ir::{HandleContainer, OperationIr, ScalarIr, TensorId};
@@ -63,6 +63,8 @@ struct Bindings {
     bound: Vec<(u64, Dtype)>,
     /// The scalars the trace keeps as constants, with their recorded values.
     fixed: Vec<(u64, ScalarIr)>,
+    /// The shapes of the block's tensors when it was recorded ([`BlockFlow::tensors`]).
+    shapes: Vec<Shape>,
 }
 
 type ArrayFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, Exception>>;
@@ -167,15 +169,34 @@ impl StepOptimization {
             GIVEN_UP.fetch_add(1, Ordering::Relaxed);
             State::Unfused
         } else {
-            State::Ready(bind(&self.flow.scalars, captures, &starts, |p| {
-                context.scalars.get(&ScalarId { value: p }).copied()
-            }))
+            match self.shapes(context) {
+                Some(shapes) => {
+                    let mut b = bind(&self.flow.scalars, captures, &starts, |p| {
+                        context.scalars.get(&ScalarId { value: p }).copied()
+                    });
+                    b.shapes = shapes;
+                    State::Ready(b)
+                }
+                None => State::Unfused,
+            }
         };
+    }
+
+    /// The shapes of the block's tensors in this run.
+    fn shapes(&self, context: &Context<MlxTensor>) -> Option<Vec<Shape>> {
+        self.flow
+            .tensors
+            .iter()
+            .map(|r| context.tensors.get(r).map(|t| t.shape.clone()))
+            .collect()
     }
 
     /// The compiled function's inputs for this run (the block's input tensors, then its bound
     /// scalars), or `None` when this run cannot use the compiled function.
     fn inputs(&self, context: &Context<MlxTensor>, bindings: &Bindings) -> Option<Vec<Array>> {
+        if self.shapes(context)? != bindings.shapes {
+            return None;
+        }
         for (p, value) in &bindings.fixed {
             let now = context.scalars.get(&ScalarId { value: *p })?;
             if !same(now, value) {
@@ -365,6 +386,7 @@ fn bind(
         captures: captures.into_iter().zip(bound_to).collect(),
         bound,
         fixed,
+        shapes: Vec::new(),
     }
 }
 
