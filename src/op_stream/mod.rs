@@ -19,8 +19,10 @@
 //!
 //! Scalars that are not bound (an op that branches on a value, or derives a constant from it)
 //! are checked against the values the function was traced with; when one differs, the block runs
-//! op by op again and is traced anew. Random ops, quantized tensors and custom ops end a block
-//! and run op by op, since a compiled function would repeat a trace's random draws. A block ends
+//! op by op again and is traced anew; so does a block whose tensors have other shapes than when
+//! it was recorded (burn-fusion's relative form keeps no shapes). Random ops (a compiled function
+//! would repeat a trace's random draws), slices (the relative form keeps no slice ranges),
+//! quantized tensors and custom ops end a block and run op by op. A block ends
 //! after 256 ops (`BURN_MLX_OP_STREAM_OPS`, 0 for no limit), and a compiled block's outputs start
 //! evaluating at once (`BURN_MLX_OP_STREAM_LAUNCH=0` turns that off), so that the device works
 //! while Burn records the next block.
