@@ -194,7 +194,14 @@ impl StepOptimization {
     /// The compiled function's inputs for this run (the block's input tensors, then its bound
     /// scalars), or `None` when this run cannot use the compiled function.
     fn inputs(&self, context: &Context<MlxTensor>, bindings: &Bindings) -> Option<Vec<Array>> {
-        if self.shapes(context)? != bindings.shapes {
+        let same_shapes = self.flow.tensors.len() == bindings.shapes.len()
+            && self
+                .flow
+                .tensors
+                .iter()
+                .zip(&bindings.shapes)
+                .all(|(r, s)| context.tensors.get(r).is_some_and(|t| &t.shape == s));
+        if !same_shapes {
             return None;
         }
         for (p, value) in &bindings.fixed {
