@@ -28,12 +28,12 @@
 //! while Burn records the next block.
 //!
 //! **Measured, not the default.** On an H200 `Autodiff<MlxFused>` ran the `gpu_bench` training
-//! steps at 0.74x / 1.25x / 0.73x / 0.92x the speed of `Autodiff<Mlx>` (MLP / CNN / Transformer /
+//! steps at 0.73x / 1.06x / 0.80x / 1.07x the speed of `Autodiff<Mlx>` (MLP / CNN / Transformer /
 //! decoder LM, medians of four processes): burn-fusion's recording costs more host time per op
 //! than building MLX arrays, and the compiled blocks still launch as many kernels as Burn's
 //! backward graph has. docs/fusion.md gives the breakdown; `gpu_bench --op-stream` reproduces it.
 //! On the CPU, compiled steps are slower than MLX's own kernels. Use it where it measures faster
-//! (the CNN step here), or as the base for experiments with Burn's op stream.
+//! (the CNN and decoder LM steps, narrowly), or as the base for experiments with Burn's op stream.
 //!
 //! ```no_run
 //! use burn_autodiff::Autodiff;
