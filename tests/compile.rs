@@ -135,12 +135,38 @@ fn scalar_program<B: burn_tensor::backend::Backend>(
     y.clone().sum_dim(1) * 0.5 + y
 }
 
+/// The op stream's counters are process-wide: the tests that read them run one at a time.
+static OP_STREAM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn op_stream_alone() -> std::sync::MutexGuard<'static, ()> {
+    OP_STREAM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`scalar_program`] on `MlxFused` against burn-ndarray.
+fn check_scalar_program(label: &str, shape: [usize; 2], scalars: (f64, f64, f64), seed: u64) {
+    let data = rand_f(&shape, (-2.0, 2.0), seed);
+    let expected = scalar_program(
+        Tensor::<NdArray, 2>::from_data(data.clone(), &Default::default()),
+        scalars,
+    )
+    .into_data();
+    let x = Tensor::<burn_mlx::MlxFused, 2>::from_data(data, &MlxDevice::default());
+    let got = scalar_program(x, scalars).into_data();
+    let tol = Tol {
+        rtol: 1e-4,
+        atol: 1e-5,
+    };
+    compare(&expected, &got, tol, expected.dtype)
+        .unwrap_or_else(|m| panic!("{label}, shape {shape:?}, scalars {scalars:?}: {m}"));
+}
+
 #[test]
 fn op_stream_follows_every_steps_scalars_and_shapes() {
     // `Mlx` through Burn's op stream: the first call of a block runs op by op, later ones
     // through its compiled function, whose scalars are inputs (bound) or checked (fixed).
     type Fused = burn_mlx::MlxFused;
     let device = MlxDevice::default();
+    let _alone = op_stream_alone();
     let before = burn_mlx::op_stream_stats();
     let steps = [
         ([6usize, 9], (0.5, 2.0, 3.0)),
@@ -155,23 +181,7 @@ fn op_stream_follows_every_steps_scalars_and_shapes() {
         ([6, 9], (0.6, 3.0, 5.0)),
     ];
     for (i, (shape, scalars)) in steps.into_iter().enumerate() {
-        let data = rand_f(&shape, (-2.0, 2.0), 40 + i as u64);
-        let expected = scalar_program(
-            Tensor::<NdArray, 2>::from_data(data.clone(), &Default::default()),
-            scalars,
-        )
-        .into_data();
-        let got = scalar_program(Tensor::<Fused, 2>::from_data(data, &device), scalars).into_data();
-        compare(
-            &expected,
-            &got,
-            Tol {
-                rtol: 1e-4,
-                atol: 1e-5,
-            },
-            expected.dtype,
-        )
-        .unwrap_or_else(|m| panic!("step {i}, shape {shape:?}, scalars {scalars:?}: {m}"));
+        check_scalar_program(&format!("step {i}"), shape, scalars, 40 + i as u64);
     }
     // Blocks whose only differences are in shapes given to ops (not in input shapes) or in slice
     // ranges, which burn-fusion's relative form leaves out: each call must get its own values.
@@ -194,5 +204,36 @@ fn op_stream_follows_every_steps_scalars_and_shapes() {
     assert!(
         after.compiled_runs > before.compiled_runs,
         "no block ran compiled: {before:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn op_stream_compiles_a_smaller_last_batch_beside_the_full_ones() {
+    // Four epochs of three full batches and a smaller last one: burn-fusion hands every batch the
+    // same block (its relative form has no shapes), which keeps one compiled variant per shape
+    // instead of recording again at each change of shape (and giving up after a few epochs).
+    let _alone = op_stream_alone();
+    let before = burn_mlx::op_stream_stats();
+    let mut calls = 0u64;
+    for epoch in 0..4 {
+        for (b, rows) in [8usize, 8, 8, 3].into_iter().enumerate() {
+            let step = (epoch * 4 + b) as f64;
+            let scalars = (0.5 + 0.1 * step, 2.0, 1.0 + 0.25 * step);
+            let label = format!("epoch {epoch}, batch {b}");
+            check_scalar_program(&label, [rows, 5], scalars, 90 + step as u64);
+            calls += 1;
+        }
+    }
+    let after = burn_mlx::op_stream_stats();
+    println!("op stream: {before:?} -> {after:?}");
+    assert_eq!(
+        after.given_up, before.given_up,
+        "a block gave up compiling: {before:?} -> {after:?}"
+    );
+    // Each shape runs op by op once (its recording); every later call fits a compiled variant.
+    let compiled = after.compiled_runs - before.compiled_runs;
+    assert!(
+        compiled >= calls - 2,
+        "{compiled} of {calls} calls ran compiled: {before:?} -> {after:?}"
     );
 }

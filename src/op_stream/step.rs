@@ -17,9 +17,14 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How many times a block may find its traced scalars changed and be recorded again before it
-/// stays op by op for good.
-const MAX_RECORDINGS: u32 = 4;
+/// How many recorded variants (shapes and fixed scalars) a block keeps; a new one beyond them
+/// replaces the one used least recently.
+const MAX_VARIANTS: usize = 4;
+
+/// How many times a block may be recorded (a first sighting, or a run that no kept variant fits)
+/// before it stays op by op for good: a block whose fixed scalars change on every run never
+/// compiles, and recording it costs more than running it.
+const MAX_RECORDINGS: u32 = 12;
 
 /// Counters over every [`MlxFused`](super::MlxFused) block in the process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,39 +83,43 @@ struct CompiledFn(ArrayFn);
 // for the duration of the call).
 unsafe impl Send for CompiledFn {}
 
-enum State {
-    /// The next run goes op by op and records the block's scalars.
-    Record,
-    /// Recorded; compiled at the next run that agrees with the recording.
-    Ready(Bindings),
-    /// Compiled.
-    Compiled(Bindings, CompiledFn),
-    /// Always op by op.
-    Unfused,
+/// One recording of a block: the shapes and fixed scalars it holds for, and its compiled
+/// function once a second run has fitted it.
+struct Variant {
+    bindings: Bindings,
+    /// `None` until a run fits the recording a second time.
+    function: Option<CompiledFn>,
+    /// The block's run count when this variant last ran (for replacing the least recently used).
+    last_used: u64,
 }
 
 /// A block of recorded ops that runs as one MLX-compiled function (see [`super`]).
+///
+/// burn-fusion finds a block by its relative description, which leaves out shapes, so the same
+/// block serves every batch size (an epoch's smaller last batch, say). The block keeps one
+/// [`Variant`] per recording, up to [`MAX_VARIANTS`], and each run uses the one it fits.
 pub struct StepOptimization {
     device: MlxDevice,
     ops: Vec<OperationIr>,
     flow: BlockFlow,
-    state: State,
+    variants: Vec<Variant>,
+    /// Runs op by op for good (nothing to compile, a failed trace, or too many recordings).
+    unfused: bool,
     recordings: u32,
+    runs: u64,
 }
 
 impl std::fmt::Debug for StepOptimization {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match self.state {
-            State::Record => "record",
-            State::Ready(_) => "ready",
-            State::Compiled(..) => "compiled",
-            State::Unfused => "unfused",
-        };
+        let compiled = self.variants.iter().filter(|v| v.function.is_some());
         f.debug_struct("StepOptimization")
             .field("ops", &self.ops.len())
             .field("inputs", &self.flow.inputs.len())
             .field("outputs", &self.flow.outputs.len())
-            .field("state", &state)
+            .field("unfused", &self.unfused)
+            .field("variants", &self.variants.len())
+            .field("compiled_variants", &compiled.count())
+            .field("recordings", &self.recordings)
             .finish()
     }
 }
@@ -119,17 +128,15 @@ impl StepOptimization {
     pub(crate) fn new(device: MlxDevice, ops: Vec<OperationIr>) -> Self {
         let flow = BlockFlow::of(&ops);
         // A block that leaves nothing behind has nothing to compile.
-        let state = if flow.outputs.is_empty() {
-            State::Unfused
-        } else {
-            State::Record
-        };
+        let unfused = flow.outputs.is_empty();
         Self {
             device,
             ops,
             flow,
-            state,
+            variants: Vec::new(),
+            unfused,
             recordings: 0,
+            runs: 0,
         }
     }
 
@@ -155,7 +162,8 @@ impl StepOptimization {
         Some((tape.finish(), starts))
     }
 
-    /// Runs op by op, records, and binds anew (or gives up after [`MAX_RECORDINGS`]).
+    /// Runs op by op, records, and keeps the recording as a new variant (replacing the least
+    /// recently used one when [`MAX_VARIANTS`] are kept), or gives up after [`MAX_RECORDINGS`].
     fn record(
         &mut self,
         context: &mut Context<MlxTensor>,
@@ -165,21 +173,34 @@ impl StepOptimization {
         let (captures, starts) = self
             .run_unfused(context, execution, true)
             .expect("a recording run returns its captures");
-        self.state = if self.recordings > MAX_RECORDINGS {
+        if self.recordings > MAX_RECORDINGS {
             GIVEN_UP.fetch_add(1, Ordering::Relaxed);
-            State::Unfused
-        } else {
-            match self.shapes(context) {
-                Some(shapes) => {
-                    let mut b = bind(&self.flow.scalars, captures, &starts, |p| {
-                        context.scalars.get(&ScalarId { value: p }).copied()
-                    });
-                    b.shapes = shapes;
-                    State::Ready(b)
-                }
-                None => State::Unfused,
-            }
+            return self.give_up();
+        }
+        let Some(shapes) = self.shapes(context) else {
+            return self.give_up();
         };
+        let mut bindings = bind(&self.flow.scalars, captures, &starts, |p| {
+            context.scalars.get(&ScalarId { value: p }).copied()
+        });
+        bindings.shapes = shapes;
+        if self.variants.len() >= MAX_VARIANTS {
+            let oldest = (0..self.variants.len())
+                .min_by_key(|&k| self.variants[k].last_used)
+                .expect("a full list has a variant");
+            self.variants.swap_remove(oldest);
+        }
+        self.variants.push(Variant {
+            bindings,
+            function: None,
+            last_used: self.runs,
+        });
+    }
+
+    /// From now on the block runs op by op; its compiled functions are dropped.
+    fn give_up(&mut self) {
+        self.unfused = true;
+        self.variants.clear();
     }
 
     /// The shapes of the block's tensors in this run.
@@ -232,12 +253,13 @@ impl StepOptimization {
         &mut self,
         context: &mut Context<MlxTensor>,
         execution: &OrderedExecution<MlxFusionRuntime>,
+        variant: usize,
         arrays: Vec<Array>,
     ) -> Result<(), String> {
-        let (bindings, function) = match &mut self.state {
-            State::Compiled(b, f) => (b, f),
-            _ => unreachable!("run_compiled is called on a compiled block"),
-        };
+        let Variant {
+            bindings, function, ..
+        } = &mut self.variants[variant];
+        let function = function.get_or_insert_with(|| CompiledFn(compiled_block()));
         let global = |r: &TensorId| context.tensors.get(r).map(|t| t.id);
         let inputs: Option<Vec<TensorId>> = self.flow.inputs.iter().map(global).collect();
         let outputs: Option<Vec<TensorId>> = self.flow.outputs.iter().map(global).collect();
@@ -313,23 +335,23 @@ impl Optimization<MlxFusionRuntime> for StepOptimization {
         context: &mut Context<MlxTensor>,
         execution: &OrderedExecution<MlxFusionRuntime>,
     ) {
-        let arrays = match &self.state {
-            State::Unfused => {
-                self.run_unfused(context, execution, false);
-                return;
-            }
-            State::Record => return self.record(context, execution),
-            State::Ready(b) | State::Compiled(b, _) => self.inputs(context, b),
-        };
-        let Some(arrays) = arrays else {
-            // A fixed scalar changed (or an input is quantized or elsewhere): record anew.
+        if self.unfused {
+            self.run_unfused(context, execution, false);
+            return;
+        }
+        self.runs += 1;
+        let fits = self
+            .variants
+            .iter()
+            .enumerate()
+            .find_map(|(k, v)| self.inputs(context, &v.bindings).map(|a| (k, a)));
+        let Some((variant, arrays)) = fits else {
+            // A first sighting, or new shapes or fixed scalars (or an input quantized or
+            // elsewhere): record a new variant.
             return self.record(context, execution);
         };
-        if let State::Ready(b) = &self.state {
-            let b = b.clone();
-            self.state = State::Compiled(b, CompiledFn(compiled_block()));
-        }
-        if let Err(message) = self.run_compiled(context, execution, arrays) {
+        self.variants[variant].last_used = self.runs;
+        if let Err(message) = self.run_compiled(context, execution, variant, arrays) {
             // Nothing of the failed call reached the handles: run the block op by op, and keep
             // it that way.
             if std::env::var_os("BURN_MLX_OP_STREAM_LOG").is_some() {
@@ -339,7 +361,7 @@ impl Optimization<MlxFusionRuntime> for StepOptimization {
                 );
             }
             GIVEN_UP.fetch_add(1, Ordering::Relaxed);
-            self.state = State::Unfused;
+            self.give_up();
             self.run_unfused(context, execution, false);
         }
     }
