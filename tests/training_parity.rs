@@ -480,8 +480,16 @@ fn compiled_step_keeps_f16() {
     );
 }
 
-/// Checks that some of `Autodiff<MlxFused>`'s blocks ran compiled since `before` (these counters
-/// are process-wide, so other tests can only add to them).
+/// The op stream's counters are process-wide: the tests that train on `MlxFused` run one at a
+/// time, so that each one's [`assert_compiled`] counts only its own blocks.
+static OP_STREAM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn op_stream_alone() -> std::sync::MutexGuard<'static, ()> {
+    OP_STREAM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Checks that some of `Autodiff<MlxFused>`'s blocks ran compiled since `before`, and none gave
+/// up (the caller holds [`op_stream_alone`]).
 fn assert_compiled(name: &str, before: burn_mlx::OpStreamStats) {
     let after = burn_mlx::op_stream_stats();
     println!("{name}: op stream {before:?} -> {after:?}");
@@ -489,11 +497,16 @@ fn assert_compiled(name: &str, before: burn_mlx::OpStreamStats) {
         after.compiled_runs > before.compiled_runs,
         "{name}: no block of the op stream ran compiled ({before:?} -> {after:?})"
     );
+    assert_eq!(
+        after.given_up, before.given_up,
+        "{name}: a block of the op stream gave up compiling ({before:?} -> {after:?})"
+    );
 }
 
 #[test]
 fn mlp_adam_parity_on_fused() {
     let (dm, dn) = devices();
+    let _alone = op_stream_alone();
     let before = burn_mlx::op_stream_stats();
     NdAd::seed(&dn, 5);
     let nd = materialize(Mlp::<NdAd>::new(&dn));
@@ -510,6 +523,7 @@ fn mlp_adam_parity_on_fused() {
 #[test]
 fn cnn_adam_parity_on_fused() {
     let (dm, dn) = devices();
+    let _alone = op_stream_alone();
     let before = burn_mlx::op_stream_stats();
     NdAd::seed(&dn, 6);
     let nd = materialize(SmallCnn::<NdAd>::new(&dn));
