@@ -544,12 +544,14 @@ fn config_errors() -> Result<(), DistributedError> {
         }
     };
 
-    // No backend: NCCL and JACCL are not in the CPU build.
-    expect(
-        "nccl",
-        distributed::init(CommBackend::Nccl),
-        &["`nccl` is not available", "cuda"],
-    );
+    // NCCL is in MLX's CUDA build only: elsewhere the error says which build has it; in the CUDA
+    // build, with nothing configured, it names the variables NCCL needs.
+    let nccl_needles: &[&str] = if distributed::is_available(CommBackend::Nccl) {
+        &["MLX_RANK", "MLX_WORLD_SIZE", "NCCL_HOST_IP", "NCCL_PORT"]
+    } else {
+        &["`nccl` is not available", "cuda"]
+    };
+    expect("nccl", distributed::init(CommBackend::Nccl), nccl_needles);
     // Nothing configured: Any is a single-process group, Ring an error.
     set(None, None);
     let single = distributed::init(CommBackend::Any)?;
