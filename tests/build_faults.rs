@@ -167,7 +167,31 @@ fn fake_python(dir: &Path, name: &str, pip_body: &str) -> (PathBuf, PathBuf) {
     )
     .unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    wait_until_executable(&script);
     (script, calls)
+}
+
+/// Runs a freshly written script once (`-V`, which the fake passes to the real `python3`),
+/// retrying while it is "Text file busy": the tests run in parallel, and a process another test
+/// forks while this one writes the script keeps a write handle on it until that process execs.
+/// Once one run succeeds, no such handle is left, so the code under test cannot hit ETXTBSY.
+fn wait_until_executable(script: &Path) {
+    const ETXTBSY: i32 = 26;
+    for _ in 0..200 {
+        match Command::new(script)
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+        {
+            Ok(_) => return,
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            Err(e) => panic!("cannot run {}: {e}", script.display()),
+        }
+    }
+    panic!("{} stayed busy for 2 s", script.display());
 }
 
 /// How many times the fake pip ran.
