@@ -122,6 +122,27 @@ fn an_error_of_the_traced_function_comes_back_intact() {
     assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![3.0; 8]);
 }
 
+#[test]
+fn compiled_mean_is_the_quotient_burn_gives() {
+    // MLX's `mean` multiplies by 1/n, and compiled that gave 0.99999994 for the mean of 0, 1, 2
+    // (Burn's suite compares this exactly); burn-mlx divides the sum by n instead.
+    let device = MlxDevice::default();
+    let x = || Tensor::<Mlx, 2>::from_floats([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], &device);
+    let mut f = compile_float::<2, _>(|v| vec![v[0].clone().mean_dim(1)], false);
+    let mut g = compile_float::<2, _>(|v| vec![v[0].clone().mean().reshape([1, 1])], false);
+    let dim = f.call(vec![x()]).expect("compiled mean_dim");
+    let all = g.call(vec![x()]).expect("compiled mean");
+    assert_eq!(
+        dim[0].clone().into_data().to_vec::<f32>().unwrap(),
+        [1.0, 4.0]
+    );
+    assert_eq!(all[0].clone().into_data().to_vec::<f32>().unwrap(), [2.5]);
+    assert_eq!(
+        x().mean_dim(1).into_data().to_vec::<f32>().unwrap(),
+        [1.0, 4.0]
+    );
+}
+
 /// The program of [`op_stream_follows_every_steps_scalars_and_shapes`]: scalar ops whose values
 /// change from call to call (`powf_scalar`'s exponent also picks a different MLX op for 1, 2
 /// and 0.5), a mask fill and a reduction.
