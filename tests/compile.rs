@@ -2,6 +2,8 @@
 //! for the same computation, retrace for new shapes, and fail clearly when misused.
 
 mod common;
+#[path = "common/op_stream.rs"]
+mod op_stream;
 
 use burn_mlx::{compile, compile_float, Mlx, MlxDevice, MlxError, MlxOps, MlxTensor};
 use burn_ndarray::NdArray;
@@ -156,13 +158,6 @@ fn scalar_program<B: burn_tensor::backend::Backend>(
     y.clone().sum_dim(1) * 0.5 + y
 }
 
-/// The op stream's counters are process-wide: the tests that read them run one at a time.
-static OP_STREAM: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn op_stream_alone() -> std::sync::MutexGuard<'static, ()> {
-    OP_STREAM.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// [`scalar_program`] on `MlxFused` against burn-ndarray.
 fn check_scalar_program(label: &str, shape: [usize; 2], scalars: (f64, f64, f64), seed: u64) {
     let data = rand_f(&shape, (-2.0, 2.0), seed);
@@ -187,7 +182,7 @@ fn op_stream_follows_every_steps_scalars_and_shapes() {
     // through its compiled function, whose scalars are inputs (bound) or checked (fixed).
     type Fused = burn_mlx::MlxFused;
     let device = MlxDevice::default();
-    let _alone = op_stream_alone();
+    let _alone = op_stream::op_stream_alone();
     let before = burn_mlx::op_stream_stats();
     let steps = [
         ([6usize, 9], (0.5, 2.0, 3.0)),
@@ -220,12 +215,7 @@ fn op_stream_follows_every_steps_scalars_and_shapes() {
             "call {i}: ones([{n}, {n}]), slices of {k} rows"
         );
     }
-    let after = burn_mlx::op_stream_stats();
-    println!("op stream: {before:?} -> {after:?}");
-    assert!(
-        after.compiled_runs > before.compiled_runs,
-        "no block ran compiled: {before:?} -> {after:?}"
-    );
+    op_stream::assert_compiled("scalar program, shapes and slices", before);
 }
 
 #[test]
@@ -233,7 +223,7 @@ fn op_stream_compiles_a_smaller_last_batch_beside_the_full_ones() {
     // Four epochs of three full batches and a smaller last one: burn-fusion hands every batch the
     // same block (its relative form has no shapes), which keeps one compiled variant per shape
     // instead of recording again at each change of shape (and giving up after a few epochs).
-    let _alone = op_stream_alone();
+    let _alone = op_stream::op_stream_alone();
     let before = burn_mlx::op_stream_stats();
     let mut calls = 0u64;
     for epoch in 0..4 {
@@ -245,12 +235,7 @@ fn op_stream_compiles_a_smaller_last_batch_beside_the_full_ones() {
             calls += 1;
         }
     }
-    let after = burn_mlx::op_stream_stats();
-    println!("op stream: {before:?} -> {after:?}");
-    assert_eq!(
-        after.given_up, before.given_up,
-        "a block gave up compiling: {before:?} -> {after:?}"
-    );
+    let after = op_stream::assert_compiled("smaller last batch", before);
     // Each shape runs op by op once (its recording); every later call fits a compiled variant.
     let compiled = after.compiled_runs - before.compiled_runs;
     assert!(

@@ -8,6 +8,9 @@
 
 extern crate burn_core as burn;
 
+#[path = "common/op_stream.rs"]
+mod op_stream;
+
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{
     BinBytesRecorder, CompactRecorder, FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder,
@@ -480,33 +483,10 @@ fn compiled_step_keeps_f16() {
     );
 }
 
-/// The op stream's counters are process-wide: the tests that train on `MlxFused` run one at a
-/// time, so that each one's [`assert_compiled`] counts only its own blocks.
-static OP_STREAM: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn op_stream_alone() -> std::sync::MutexGuard<'static, ()> {
-    OP_STREAM.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Checks that some of `Autodiff<MlxFused>`'s blocks ran compiled since `before`, and none gave
-/// up (the caller holds [`op_stream_alone`]).
-fn assert_compiled(name: &str, before: burn_mlx::OpStreamStats) {
-    let after = burn_mlx::op_stream_stats();
-    println!("{name}: op stream {before:?} -> {after:?}");
-    assert!(
-        after.compiled_runs > before.compiled_runs,
-        "{name}: no block of the op stream ran compiled ({before:?} -> {after:?})"
-    );
-    assert_eq!(
-        after.given_up, before.given_up,
-        "{name}: a block of the op stream gave up compiling ({before:?} -> {after:?})"
-    );
-}
-
 #[test]
 fn mlp_adam_parity_on_fused() {
     let (dm, dn) = devices();
-    let _alone = op_stream_alone();
+    let _alone = op_stream::op_stream_alone();
     let before = burn_mlx::op_stream_stats();
     NdAd::seed(&dn, 5);
     let nd = materialize(Mlp::<NdAd>::new(&dn));
@@ -517,13 +497,13 @@ fn mlp_adam_parity_on_fused() {
     let a = train(mx, adam.init::<FusedAd, Mlp<FusedAd>>(), 1e-2, &data, &dm);
     let b = train(nd, adam.init::<NdAd, Mlp<NdAd>>(), 1e-2, &data, &dn);
     compare("fused mlp/adam", ADAM_PARAM_TOL, init, a, b);
-    assert_compiled("fused mlp/adam", before);
+    op_stream::assert_compiled("fused mlp/adam", before);
 }
 
 #[test]
 fn cnn_adam_parity_on_fused() {
     let (dm, dn) = devices();
-    let _alone = op_stream_alone();
+    let _alone = op_stream::op_stream_alone();
     let before = burn_mlx::op_stream_stats();
     NdAd::seed(&dn, 6);
     let nd = materialize(SmallCnn::<NdAd>::new(&dn));
@@ -540,7 +520,7 @@ fn cnn_adam_parity_on_fused() {
     );
     let b = train(nd, adam.init::<NdAd, SmallCnn<NdAd>>(), 1e-2, &data, &dn);
     compare("fused cnn/adam", ADAM_PARAM_TOL, init, a, b);
-    assert_compiled("fused cnn/adam", before);
+    op_stream::assert_compiled("fused cnn/adam", before);
 }
 
 #[test]
