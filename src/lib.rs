@@ -18,6 +18,8 @@
 //! is called. [`MlxTensor`] gives direct access to the MLX arrays.
 #![warn(missing_docs)]
 
+#[cfg(all(feature = "jemalloc", target_os = "linux"))]
+mod alloc;
 mod api;
 mod backend;
 mod compile;

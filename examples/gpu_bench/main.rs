@@ -350,6 +350,12 @@ fn main() {
         eprintln!("gpu_bench: {e}");
         std::process::exit(1);
     }
+    // The allocator is part of the host time every step pays (README, "Allocator").
+    if cfg!(all(feature = "jemalloc", target_os = "linux")) {
+        println!("allocator: jemalloc (burn-mlx's `jemalloc` feature)");
+    } else {
+        println!("allocator: the system's malloc");
+    }
     let workloads = Workloads::<AD>::new(&device);
     // The decoder LM's step takes seconds on a CPU: `--quick` leaves it out.
     let only = match steps::select(&args.only) {
