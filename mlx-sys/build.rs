@@ -62,6 +62,7 @@ fn main() {
     println!("cargo:rerun-if-changed=blas_gemv.c");
     println!("cargo:rerun-if-changed=exit_guard.cpp");
     println!("cargo:rerun-if-changed=fusion.cpp");
+    println!("cargo:rerun-if-changed=fast_unary.cpp");
     println!("cargo:rerun-if-changed=bindings");
 
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
@@ -279,6 +280,7 @@ mod macos {
             .include(mlx_c)
             .include(dst.join("build/_deps/mlx-src"))
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fusion.cpp"))
+            .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fast_unary.cpp"))
             .compile("burn_mlx_fusion");
         println!("cargo:rustc-link-search=native={}/build/lib", dst.display());
         println!(
@@ -442,7 +444,8 @@ mod linux {
             .collect();
         sources.sort();
         // burn-mlx's own C++: the terminate handler for MLX's CUDA teardown at exit, and the
-        // automatic fusion of recurring graphs at evaluation.
+        // automatic fusion of recurring graphs at evaluation (the CPU kernels of
+        // fast_unary.cpp are compiled below, at -O3).
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         sources.push(here.join("exit_guard.cpp"));
         sources.push(here.join("fusion.cpp"));
@@ -457,13 +460,28 @@ mod linux {
             .flag(shim.to_str().unwrap())
             .warnings(false)
             .extra_warnings(false)
-            .flag_if_supported("-w")
-            .files(&sources);
+            .flag_if_supported("-w");
+        let mut kernels = build.clone();
+        build.files(&sources);
         let cxx_hint = "A C++20 compiler is needed (g++ 12 or newer, or clang 15 or newer); set \
                         CXX to choose one";
-        let objects = build
+        let mut objects = build
             .try_compile_intermediates()
             .unwrap_or_else(|e| fail(format!("compiling mlx-c failed: {e}. {cxx_hint}")));
+        // The vectorized CPU kernels need the loop vectorizer at every profile (-O3): the test
+        // profile builds dependencies at -O2, where GCC 12 leaves these loops scalar.
+        // -fno-trapping-math lets GCC turn the kernels' branches into selects (the kernels do not
+        // rely on floating-point exceptions).
+        let kernels = kernels
+            .opt_level(3)
+            .flag("-fno-trapping-math")
+            .file(here.join("fast_unary.cpp"))
+            .try_compile_intermediates();
+        objects.extend(
+            kernels.unwrap_or_else(|e| {
+                fail(format!("compiling fast_unary.cpp failed: {e}. {cxx_hint}"))
+            }),
+        );
         let lib = out_dir.join("libmlxc.so");
         let mut link = build.get_compiler().to_command();
         link.arg("-shared")

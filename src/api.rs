@@ -299,7 +299,7 @@ pub trait MlxOps: Sized {
     }
     /// `e^x`.
     fn exp(self) -> Result<MlxTensor, MlxError> {
-        self.map("exp", |a| a.exp())
+        self.map("exp", crate::ffi::exp)
     }
     /// Natural logarithm.
     fn log(self) -> Result<MlxTensor, MlxError> {
@@ -311,7 +311,7 @@ pub trait MlxOps: Sized {
     }
     /// `tanh`.
     fn tanh(self) -> Result<MlxTensor, MlxError> {
-        self.map("tanh", |a| ops::tanh(a))
+        self.map("tanh", crate::ffi::tanh)
     }
     /// `max(x, 0)`.
     fn relu(self) -> Result<MlxTensor, MlxError> {
@@ -321,7 +321,7 @@ pub trait MlxOps: Sized {
     }
     /// The logistic sigmoid.
     fn sigmoid(self) -> Result<MlxTensor, MlxError> {
-        self.map("sigmoid", |a| ops::sigmoid(a))
+        self.map("sigmoid", crate::ffi::sigmoid)
     }
     /// Softmax over the last axis.
     fn softmax(self) -> Result<MlxTensor, MlxError> {

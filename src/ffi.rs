@@ -141,6 +141,34 @@ binary_ffi! {
     right_shift => mlx_right_shift,
 }
 
+macro_rules! fast_unary_ffi {
+    ($(#[$doc:meta] $name:ident => $op:literal),* $(,)?) => {$(
+        #[$doc]
+        ///
+        /// On a CPU stream, float32 goes through burn-mlx's vectorized kernel
+        /// (`mlx-sys/fast_unary.cpp`: MLX's CPU build evaluates these functions one element at a
+        /// time); anything else through MLX's own op.
+        pub(crate) fn $name(a: &Array) -> Result<Array, mlx_rs::error::Exception> {
+            // SAFETY: the input is live for the call.
+            array_op(stringify!($name), |res, s| unsafe {
+                mlx_sys::burn_mlx_fast_unary(res, a.as_ptr(), $op, s)
+            })
+            .map_err(|e| mlx_rs::error::Exception::custom(e.to_string()))
+        }
+    )*};
+}
+
+fast_unary_ffi! {
+    /// Elementwise `exp`.
+    exp => 0,
+    /// Elementwise `tanh`.
+    tanh => 1,
+    /// Elementwise `erf`.
+    erf => 2,
+    /// Elementwise logistic sigmoid, `1 / (1 + exp(-x))`.
+    sigmoid => 3,
+}
+
 /// Elementwise bitwise NOT.
 pub(crate) fn bitwise_invert(a: &Array) -> Result<Array, MlxError> {
     // SAFETY: the input is live for the call.
@@ -359,4 +387,196 @@ pub(crate) fn thread_init() {
         }
     }
     DONE.with(|d| d.set(true));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{pending_primitives, MlxDevice, MlxTensor};
+    use mlx_rs::ops;
+
+    type Op = fn(&Array) -> Result<Array, mlx_rs::error::Exception>;
+
+    /// Inputs that cover each kernel's branches, their edges and the special values.
+    fn inputs() -> Vec<f32> {
+        let mut v: Vec<f32> = (-40_000..=40_000).map(|i| i as f32 * 0.0025).collect();
+        v.extend((-300..=300).map(|i| i as f32 * 0.5));
+        v.extend((-45..=38).map(|e| 10f32.powi(e)));
+        v.extend((-45..=38).map(|e| -(10f32.powi(e))));
+        v.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            88.72,
+            88.73,
+            88.8,
+            -87.33,
+            -103.9,
+            -104.5,
+            0.624_999_9,
+            0.625,
+            0.999_999_9,
+            1.0,
+            3.999_999_8,
+            4.0,
+            f32::MIN_POSITIVE,
+            f32::MAX,
+            f32::MIN,
+        ]);
+        v
+    }
+
+    /// Runs `f` on the inputs on the CPU and returns the values and the primitives it built.
+    fn run_cpu(
+        f: impl Fn(&Array) -> Result<Array, mlx_rs::error::Exception>,
+    ) -> (Vec<f32>, Vec<String>) {
+        let x = inputs();
+        let (out, names) = MlxDevice::Cpu.scope(|| {
+            let a = Array::from_slice(&x, &[x.len() as i32]);
+            let out = MlxTensor::from_array(f(&a).unwrap(), MlxDevice::Cpu);
+            let names = pending_primitives(&[&out]).unwrap().into_keys().collect();
+            (out, names)
+        });
+        out.array.eval().unwrap();
+        (out.array.as_slice::<f32>().to_vec(), names)
+    }
+
+    /// Whether `a` and `b` agree to `ulps` units in the last place of the larger, or both are
+    /// NaN, or both are tiny.
+    fn close(a: f32, b: f32, ulps: f32) -> bool {
+        if a.is_nan() || b.is_nan() {
+            return a.is_nan() && b.is_nan();
+        }
+        if a == b {
+            return true;
+        }
+        // Below 1e-30 only the absolute difference counts: MLX's own `exp` loses digits as
+        // it nears the subnormal range (exp(-87.335): 1.1773172e-38 against 1.1773127e-38,
+        // which double precision confirms).
+        let scale = a.abs().max(b.abs());
+        if scale < 1e-30 {
+            return (a - b).abs() < 1e-36;
+        }
+        (a - b).abs() <= ulps * scale * f32::EPSILON
+    }
+
+    #[test]
+    fn fast_cpu_kernels_are_used_on_the_cpu() {
+        let ops: [(&str, Op); 4] = [
+            ("Exp", exp),
+            ("Tanh", tanh),
+            ("Erf", erf),
+            ("Sigmoid", sigmoid),
+        ];
+        for (name, fast) in ops {
+            let (_, prims) = run_cpu(fast);
+            assert!(
+                prims.contains(&format!("BurnMlxFast{name}")),
+                "{name}: the fast kernel was not used: {prims:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fast_exp_tanh_and_sigmoid_match_double_precision() {
+        // (MLX's own CPU `exp` is less accurate than this at large negative arguments:
+        // exp(-70.32) is 2.88678e-31 there, 2.8867699e-31 correctly rounded and here.)
+        let x = inputs();
+        let cases: [(&str, Op, fn(f64) -> f64); 3] = [
+            ("exp", exp, f64::exp),
+            ("tanh", tanh, f64::tanh),
+            ("sigmoid", sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
+        ];
+        for (name, fast, reference) in cases {
+            let (got, _) = run_cpu(fast);
+            for (&xi, &g) in x.iter().zip(&got) {
+                let want = reference(xi as f64) as f32;
+                assert!(close(g, want, 3.0), "{name}({xi:e}) = {g:e}, want {want:e}");
+            }
+        }
+    }
+
+    /// erf in double precision by its Taylor series (|x| <= 4.5; ±1 beyond, as in float32):
+    /// the reference for the float32 kernel. Rust's standard library has no `erf`, and MLX's
+    /// own CPU `erf` is off by up to about 5 ulps (erf(-0.3425): -0.37187523 there,
+    /// -0.37187538 correctly rounded).
+    fn erf_f64(x: f64) -> f64 {
+        if x.is_nan() {
+            return x;
+        }
+        if x.abs() > 4.5 {
+            return x.signum();
+        }
+        let (mut sum, mut power, mut factorial) = (0.0f64, x, 1.0f64);
+        for n in 0..200 {
+            let term = power / (factorial * (2 * n + 1) as f64);
+            sum += if n % 2 == 0 { term } else { -term };
+            if term.abs() < 1e-18 * sum.abs().max(1e-300) {
+                break;
+            }
+            power *= x * x;
+            factorial *= (n + 1) as f64;
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    }
+
+    #[test]
+    fn fast_erf_matches_double_precision() {
+        let x = inputs();
+        let (got, _) = run_cpu(erf);
+        for (&xi, &g) in x.iter().zip(&got) {
+            let want = erf_f64(xi as f64) as f32;
+            assert!(close(g, want, 3.0), "erf({xi:e}) = {g:e}, want {want:e}");
+        }
+    }
+
+    #[test]
+    fn fast_kernels_read_strided_inputs() {
+        // A transposed view and a broadcast (stride 0) are not contiguous in memory: the kernel
+        // gathers them first.
+        MlxDevice::Cpu.scope(|| {
+            let base = Array::from_slice(&[-3.0f32, -0.5, 0.0, 0.7, 2.0, 9.0], &[2, 3]);
+            let t = base.transpose().unwrap();
+            let row = Array::from_slice(&[-1.5f32, 0.25, 3.0], &[1, 3]);
+            let b = ops::broadcast_to(&row, &[4, 3]).unwrap();
+            for view in [t, b] {
+                let got = exp(&view).unwrap();
+                let want = view.exp().unwrap();
+                // A transposed input gives a transposed output: read both in row order.
+                let got = got.reshape(&[-1]).unwrap().as_slice::<f32>().to_vec();
+                let want = want.reshape(&[-1]).unwrap().as_slice::<f32>().to_vec();
+                assert_eq!(got.len(), want.len());
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(close(*g, *w, 4.0), "{got:?} against {want:?}");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn mlx_autodiff_differentiates_the_fast_kernels() {
+        MlxDevice::Cpu.scope(|| {
+            let x = Array::from_slice(&[-2.0f32, -0.3, 0.0, 0.4, 1.7], &[5]);
+            let cases: [(Op, Op); 4] = [
+                (exp, |a| a.exp()),
+                (tanh, |a| ops::tanh(a)),
+                (erf, |a| ops::erf(a)),
+                (sigmoid, |a| ops::sigmoid(a)),
+            ];
+            for (fast, mlx) in cases {
+                let grad = |f: Op| {
+                    let mut g = mlx_rs::transforms::grad(move |a: &Array| f(a)?.sum(None));
+                    let out = g(&x).unwrap();
+                    out.as_slice::<f32>().to_vec()
+                };
+                let got = grad(fast);
+                let want = grad(mlx);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(close(*g, *w, 8.0), "{got:?} against {want:?}");
+                }
+            }
+        });
+    }
 }

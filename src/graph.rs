@@ -111,6 +111,11 @@ impl PrimitiveKind {
         ];
         const ELEMENTWISE: &[&str] = &[
             "Abs",
+            // burn-mlx's vectorized CPU kernels (`mlx-sys/fast_unary.cpp`).
+            "BurnMlxFastExp",
+            "BurnMlxFastTanh",
+            "BurnMlxFastErf",
+            "BurnMlxFastSigmoid",
             "Add",
             "ArcCos",
             "ArcCosh",

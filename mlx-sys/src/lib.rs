@@ -51,4 +51,13 @@ unsafe extern "C" {
     pub fn burn_mlx_fusion_stats(out: *mut u64);
     /// Forgets every recorded structure and compiled function.
     pub fn burn_mlx_fusion_clear();
+    /// burn-mlx's addition (`fast_unary.cpp`): `exp` (op 0), `tanh` (1), `erf` (2) or
+    /// `sigmoid` (3) of `a` on stream `s`, through vectorized CPU kernels for float32 on a CPU
+    /// stream and through MLX's own op otherwise. Returns 0, or 1 if MLX rejected the input.
+    pub fn burn_mlx_fast_unary(
+        res: *mut mlx_array,
+        a: mlx_array,
+        op: ::std::os::raw::c_int,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
 }

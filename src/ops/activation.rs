@@ -1,6 +1,7 @@
 //! Burn's `ActivationOps` on MLX: native kernels where MLX has them.
 
 use super::base::{binary, unary};
+use crate::ffi;
 use crate::tensor::scalar_array;
 use crate::Mlx;
 use burn_backend::ops::ActivationOps;
@@ -27,7 +28,7 @@ impl ActivationOps<Self> for Mlx {
             let c = Array::from_f32(std::f32::consts::FRAC_1_SQRT_2).as_dtype(dtype)?;
             let half = Array::from_f32(0.5).as_dtype(dtype)?;
             let one = Array::from_f32(1.0).as_dtype(dtype)?;
-            let e = ops::erf(x.multiply(&c)?)?;
+            let e = ffi::erf(&x.multiply(&c)?)?;
             x.multiply(&e.add(&one)?)?.multiply(&half)
         })
     }
@@ -44,14 +45,14 @@ impl ActivationOps<Self> for Mlx {
             let x2 = x.square()?;
             let u = x.multiply(&x2.multiply(c(0.035_677_4))?.add(c(0.797_885))?)?;
             let v = x.multiply(&x2.multiply(c(0.053_516_1))?.add(c(0.398_942))?)?;
-            let t = ops::tanh(&u)?;
+            let t = ffi::tanh(&u)?;
             let right = v.multiply(&one.subtract(&t)?)?.add(&half)?;
             one.add(&t)?.multiply(&right)?.multiply(g)
         })
     }
 
     fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        unary(tensor, "sigmoid", |a| ops::sigmoid(a))
+        unary(tensor, "sigmoid", ffi::sigmoid)
     }
 
     fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
