@@ -281,6 +281,9 @@ mod macos {
             .include(dst.join("build/_deps/mlx-src"))
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fusion.cpp"))
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fast_unary.cpp"))
+            // For fast_unary.cpp's loops, as on Linux (below).
+            .opt_level(3)
+            .flag_if_supported("-fno-trapping-math")
             .compile("burn_mlx_fusion");
         println!("cargo:rustc-link-search=native={}/build/lib", dst.display());
         println!(

@@ -17,11 +17,13 @@
 // gives NaN out, exp(-inf) = 0, exp(+inf) = +inf, tanh(±inf) = ±1, erf(±inf) = ±1.
 //
 // The primitive is used only for float32 arrays on a CPU stream (`burn_mlx_fast_unary` falls
-// back to MLX's own op otherwise); its gradients are MLX ops, so MLX's autodiff and `compile`
-// handle it like any other primitive (compile leaves it unfused).
+// back to MLX's own op otherwise, and everywhere when BURN_MLX_FAST_UNARY=0). Its gradients
+// are MLX ops, so MLX's autodiff and `compile` handle it like any other primitive (compile
+// leaves it unfused).
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -381,6 +383,15 @@ class BurnMlxFastUnary : public mx::UnaryPrimitive {
   FastOp op_;
 };
 
+// BURN_MLX_FAST_UNARY=0 turns the kernels off (MLX's own ops everywhere), for comparisons.
+bool fast_unary_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BURN_MLX_FAST_UNARY");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 } // namespace
 
 // Applies `exp` (op 0), `tanh` (1), `erf` (2) or `sigmoid` (3) to `a` on stream `s`: through
@@ -398,7 +409,8 @@ extern "C" int burn_mlx_fast_unary(
       return 1;
     }
     auto fop = static_cast<FastOp>(op);
-    if (stream.device == mx::Device::cpu && x.dtype() == mx::float32) {
+    if (stream.device == mx::Device::cpu && x.dtype() == mx::float32 &&
+        fast_unary_enabled()) {
       mlx_array_set_(
           *res,
           mx::array(

@@ -484,7 +484,8 @@ mod tests {
         // (MLX's own CPU `exp` is less accurate than this at large negative arguments:
         // exp(-70.32) is 2.88678e-31 there, 2.8867699e-31 correctly rounded and here.)
         let x = inputs();
-        let cases: [(&str, Op, fn(f64) -> f64); 3] = [
+        type Reference = fn(f64) -> f64;
+        let cases: [(&str, Op, Reference); 3] = [
             ("exp", exp, f64::exp),
             ("tanh", tanh, f64::tanh),
             ("sigmoid", sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
