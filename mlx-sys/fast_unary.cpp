@@ -439,3 +439,35 @@ extern "C" int burn_mlx_fast_unary(
     return 1;
   }
 }
+
+// Softmax of `a` over `axis` on stream `s`: for float32 on a CPU stream, composed as
+// exp(x - max) / sum with the vectorized `exp` above (MLX's own CPU `Softmax` kernel calls its
+// scalar `exp`); MLX's `softmax` (precise) otherwise. Returns 0, or 1 if MLX rejected the input.
+extern "C" int burn_mlx_softmax(
+    mlx_array* res,
+    const mlx_array a,
+    int axis,
+    const mlx_stream s) {
+  try {
+    const mx::array& x = mlx_array_get_(a);
+    const mx::Stream& stream = mlx_stream_get_(s);
+    if (stream.device == mx::Device::cpu && x.dtype() == mx::float32 &&
+        fast_unary_enabled()) {
+      auto max = mx::stop_gradient(mx::max(x, axis, true, stream), stream);
+      mx::array shifted = mx::subtract(x, max, stream);
+      mx::array e(
+          shifted.shape(),
+          mx::float32,
+          std::make_shared<BurnMlxFastUnary>(stream, FastOp::Exp),
+          {shifted});
+      mlx_array_set_(
+          *res, mx::divide(e, mx::sum(e, axis, true, stream), stream));
+      return 0;
+    }
+    mlx_array_set_(
+        *res, mx::softmax(x, std::vector<int>{axis}, true, stream));
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}

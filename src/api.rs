@@ -325,11 +325,11 @@ pub trait MlxOps: Sized {
     }
     /// Softmax over the last axis.
     fn softmax(self) -> Result<MlxTensor, MlxError> {
-        self.map("softmax", |a| ops::softmax_axis(a, -1, true))
+        self.map("softmax", |a| crate::ffi::softmax(a, -1))
     }
     /// Softmax over `axis`.
     fn softmax_axis(self, axis: i32) -> Result<MlxTensor, MlxError> {
-        self.map("softmax", |a| ops::softmax_axis(a, axis, true))
+        self.map("softmax", |a| crate::ffi::softmax(a, axis))
     }
     /// Sum of all elements (a 0-d tensor).
     fn sum(self) -> Result<MlxTensor, MlxError> {

@@ -169,6 +169,17 @@ fast_unary_ffi! {
     sigmoid => 3,
 }
 
+/// Softmax over `axis`: on a CPU stream, float32 is composed as exp(x - max) / sum with the
+/// vectorized `exp` (MLX's CPU `Softmax` kernel evaluates its `exp` one element at a time);
+/// anything else goes through MLX's precise `softmax`.
+pub(crate) fn softmax(a: &Array, axis: i32) -> Result<Array, mlx_rs::error::Exception> {
+    // SAFETY: the input is live for the call.
+    array_op("softmax", |res, s| unsafe {
+        mlx_sys::burn_mlx_softmax(res, a.as_ptr(), axis, s)
+    })
+    .map_err(|e| mlx_rs::error::Exception::custom(e.to_string()))
+}
+
 /// Elementwise bitwise NOT.
 pub(crate) fn bitwise_invert(a: &Array) -> Result<Array, MlxError> {
     // SAFETY: the input is live for the call.
@@ -531,6 +542,44 @@ mod tests {
             let want = erf_f64(xi as f64) as f32;
             assert!(close(g, want, 3.0), "erf({xi:e}) = {g:e}, want {want:e}");
         }
+    }
+
+    #[test]
+    fn cpu_softmax_matches_mlx_softmax() {
+        // Rows with large, equal, -inf and all -inf entries, over both axes.
+        let x = [
+            1.0f32,
+            2.0,
+            3.0,
+            -1.0,
+            1000.0,
+            1000.0,
+            -1000.0,
+            0.0,
+            f32::NEG_INFINITY,
+            0.5,
+            2.0,
+            -3.0,
+            f32::NEG_INFINITY,
+            f32::NEG_INFINITY,
+            f32::NEG_INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        MlxDevice::Cpu.scope(|| {
+            let a = Array::from_slice(&x, &[4, 4]);
+            let t = MlxTensor::from_array(softmax(&a, -1).unwrap(), MlxDevice::Cpu);
+            let prims = pending_primitives(&[&t]).unwrap();
+            assert!(prims.contains_key("BurnMlxFastExp"), "{prims:?}");
+            for axis in [-1, 0] {
+                let got = softmax(&a, axis).unwrap();
+                let want = ops::softmax_axis(&a, axis, true).unwrap();
+                let got = got.as_slice::<f32>().to_vec();
+                let want = want.as_slice::<f32>().to_vec();
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(close(*g, *w, 4.0), "axis {axis}: {got:?} against {want:?}");
+                }
+            }
+        });
     }
 
     #[test]

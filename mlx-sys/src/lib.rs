@@ -60,4 +60,13 @@ unsafe extern "C" {
         op: ::std::os::raw::c_int,
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`fast_unary.cpp`): softmax of `a` over `axis` on stream `s`,
+    /// composed with the vectorized `exp` for float32 on a CPU stream, MLX's precise `softmax`
+    /// otherwise. Returns 0, or 1 if MLX rejected the input.
+    pub fn burn_mlx_softmax(
+        res: *mut mlx_array,
+        a: mlx_array,
+        axis: ::std::os::raw::c_int,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
 }

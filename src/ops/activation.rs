@@ -76,9 +76,7 @@ impl ActivationOps<Self> for Mlx {
             return tensor;
         }
         // `precise`: half-precision inputs accumulate in f32.
-        unary(tensor, "softmax", |a| {
-            ops::softmax_axis(a, dim as i32, true)
-        })
+        unary(tensor, "softmax", |a| ffi::softmax(a, dim as i32))
     }
 
     fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
