@@ -730,6 +730,12 @@ fn main() {
         println!("(a filtered run does not rewrite BENCHMARKS.md)");
         return;
     }
+    // `--list` and criterion's `--test` mode measure nothing: the estimates on disk would be
+    // whatever an earlier, possibly partial, run left, so they must not become the report.
+    if args.iter().any(|a| a == "--list" || a == "--test") {
+        println!("(a listing or test run does not rewrite BENCHMARKS.md)");
+        return;
+    }
     let info = RunInfo {
         total_secs: start.elapsed().as_secs_f64(),
         load_at_start,
