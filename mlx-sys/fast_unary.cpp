@@ -311,23 +311,23 @@ class BurnMlxFastUnary : public mx::UnaryPrimitive {
       const std::vector<mx::array>& primals,
       const std::vector<mx::array>& tangents,
       const std::vector<int>&) override {
-    mx::array out(
-        primals[0].shape(),
-        primals[0].dtype(),
-        std::make_shared<BurnMlxFastUnary>(stream(), op_),
-        {primals[0]});
+    mx::array out = of(primals[0], stream(), op_);
     return {derivative_times(primals[0], out, tangents[0])};
   }
 
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(
       const std::vector<mx::array>& inputs,
       const std::vector<int>& axes) override {
-    mx::array out(
-        inputs[0].shape(),
-        inputs[0].dtype(),
-        std::make_shared<BurnMlxFastUnary>(stream(), op_),
-        {inputs[0]});
-    return {{out}, axes};
+    return {{of(inputs[0], stream(), op_)}, axes};
+  }
+
+  // `op` of `x` as a lazy array of this primitive.
+  static mx::array of(const mx::array& x, mx::Stream stream, FastOp op) {
+    return mx::array(
+        x.shape(),
+        x.dtype(),
+        std::make_shared<BurnMlxFastUnary>(stream, op),
+        {x});
   }
 
   const char* name() const override {
@@ -392,6 +392,12 @@ bool fast_unary_enabled() {
   return on;
 }
 
+// Whether `x` on `stream` takes the fast kernels: float32 on a CPU stream, unless turned off.
+bool takes_fast_path(const mx::array& x, const mx::Stream& stream) {
+  return stream.device == mx::Device::cpu && x.dtype() == mx::float32 &&
+      fast_unary_enabled();
+}
+
 } // namespace
 
 // Applies `exp` (op 0), `tanh` (1), `erf` (2) or `sigmoid` (3) to `a` on stream `s`: through
@@ -409,15 +415,8 @@ extern "C" int burn_mlx_fast_unary(
       return 1;
     }
     auto fop = static_cast<FastOp>(op);
-    if (stream.device == mx::Device::cpu && x.dtype() == mx::float32 &&
-        fast_unary_enabled()) {
-      mlx_array_set_(
-          *res,
-          mx::array(
-              x.shape(),
-              mx::float32,
-              std::make_shared<BurnMlxFastUnary>(stream, fop),
-              {x}));
+    if (takes_fast_path(x, stream)) {
+      mlx_array_set_(*res, BurnMlxFastUnary::of(x, stream, fop));
       return 0;
     }
     switch (fop) {
@@ -451,15 +450,10 @@ extern "C" int burn_mlx_softmax(
   try {
     const mx::array& x = mlx_array_get_(a);
     const mx::Stream& stream = mlx_stream_get_(s);
-    if (stream.device == mx::Device::cpu && x.dtype() == mx::float32 &&
-        fast_unary_enabled()) {
+    if (takes_fast_path(x, stream)) {
       auto max = mx::stop_gradient(mx::max(x, axis, true, stream), stream);
-      mx::array shifted = mx::subtract(x, max, stream);
-      mx::array e(
-          shifted.shape(),
-          mx::float32,
-          std::make_shared<BurnMlxFastUnary>(stream, FastOp::Exp),
-          {shifted});
+      mx::array e = BurnMlxFastUnary::of(
+          mx::subtract(x, max, stream), stream, FastOp::Exp);
       mlx_array_set_(
           *res, mx::divide(e, mx::sum(e, axis, true, stream), stream));
       return 0;
