@@ -398,11 +398,26 @@ bool takes_fast_path(const mx::array& x, const mx::Stream& stream) {
       fast_unary_enabled();
 }
 
+// The message of the last exception caught by the C entries below, on this thread.
+thread_local std::string last_error;
+
+// Records `what` for `burn_mlx_fast_last_error` and returns the entries' failure code.
+int fail(const char* what) {
+  last_error = what;
+  return 1;
+}
+
 } // namespace
+
+// The message of the last failure of `burn_mlx_fast_unary` or `burn_mlx_softmax` on the calling
+// thread (MLX's exception text), or "" if none; valid until the thread's next failing call.
+extern "C" const char* burn_mlx_fast_last_error() {
+  return last_error.c_str();
+}
 
 // Applies `exp` (op 0), `tanh` (1), `erf` (2) or `sigmoid` (3) to `a` on stream `s`: through
 // BurnMlxFastUnary for float32 on a CPU stream, through MLX's own op otherwise. Returns 0, or 1
-// if MLX rejected the input.
+// if MLX rejected the input (the message: `burn_mlx_fast_last_error`).
 extern "C" int burn_mlx_fast_unary(
     mlx_array* res,
     const mlx_array a,
@@ -412,7 +427,10 @@ extern "C" int burn_mlx_fast_unary(
     const mx::array& x = mlx_array_get_(a);
     const mx::Stream& stream = mlx_stream_get_(s);
     if (op < 0 || op > 3) {
-      return 1;
+      return fail(
+          ("burn_mlx_fast_unary: unknown op code " + std::to_string(op) +
+           " (0 exp, 1 tanh, 2 erf, 3 sigmoid)")
+              .c_str());
     }
     auto fop = static_cast<FastOp>(op);
     if (takes_fast_path(x, stream)) {
@@ -434,8 +452,8 @@ extern "C" int burn_mlx_fast_unary(
         break;
     }
     return 0;
-  } catch (const std::exception&) {
-    return 1;
+  } catch (const std::exception& e) {
+    return fail(e.what());
   }
 }
 
@@ -461,7 +479,7 @@ extern "C" int burn_mlx_softmax(
     mlx_array_set_(
         *res, mx::softmax(x, std::vector<int>{axis}, true, stream));
     return 0;
-  } catch (const std::exception&) {
-    return 1;
+  } catch (const std::exception& e) {
+    return fail(e.what());
   }
 }

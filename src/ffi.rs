@@ -141,6 +141,25 @@ binary_ffi! {
     right_shift => mlx_right_shift,
 }
 
+/// [`array_op`] for the entries of `mlx-sys/fast_unary.cpp`: on failure, the error carries
+/// MLX's own message (which those entries keep per thread), not only the op's name.
+fn fast_op(
+    op: &str,
+    f: impl FnOnce(*mut mlx_array, mlx_stream) -> std::os::raw::c_int,
+) -> Result<Array, mlx_rs::error::Exception> {
+    array_op(op, f).map_err(|e| {
+        // SAFETY: the entry returns a NUL-terminated string owned by this thread, unchanged
+        // until this thread's next failing call; it is copied here.
+        let what = unsafe { std::ffi::CStr::from_ptr(mlx_sys::burn_mlx_fast_last_error()) };
+        let what = what.to_string_lossy();
+        if what.is_empty() {
+            mlx_rs::error::Exception::custom(e.to_string())
+        } else {
+            mlx_rs::error::Exception::custom(MlxError::mlx(op, what).to_string())
+        }
+    })
+}
+
 macro_rules! fast_unary_ffi {
     ($(#[$doc:meta] $name:ident => $op:literal),* $(,)?) => {$(
         #[$doc]
@@ -150,10 +169,9 @@ macro_rules! fast_unary_ffi {
         /// time); anything else through MLX's own op.
         pub(crate) fn $name(a: &Array) -> Result<Array, mlx_rs::error::Exception> {
             // SAFETY: the input is live for the call.
-            array_op(stringify!($name), |res, s| unsafe {
+            fast_op(stringify!($name), |res, s| unsafe {
                 mlx_sys::burn_mlx_fast_unary(res, a.as_ptr(), $op, s)
             })
-            .map_err(|e| mlx_rs::error::Exception::custom(e.to_string()))
         }
     )*};
 }
@@ -174,10 +192,9 @@ fast_unary_ffi! {
 /// anything else goes through MLX's precise `softmax`.
 pub(crate) fn softmax(a: &Array, axis: i32) -> Result<Array, mlx_rs::error::Exception> {
     // SAFETY: the input is live for the call.
-    array_op("softmax", |res, s| unsafe {
+    fast_op("softmax", |res, s| unsafe {
         mlx_sys::burn_mlx_softmax(res, a.as_ptr(), axis, s)
     })
-    .map_err(|e| mlx_rs::error::Exception::custom(e.to_string()))
 }
 
 /// Elementwise bitwise NOT.
@@ -579,6 +596,26 @@ mod tests {
                     assert!(close(*g, *w, 4.0), "axis {axis}: {got:?} against {want:?}");
                 }
             }
+        });
+    }
+
+    #[test]
+    fn fast_entries_report_mlx_messages() {
+        // An axis out of range: MLX's own text (which names the axis) reaches the caller, on
+        // the fast path (float32) and on MLX's path (float16) alike.
+        MlxDevice::Cpu.scope(|| {
+            let a = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+            for x in [a.clone(), a.as_dtype(mlx_rs::Dtype::Float16).unwrap()] {
+                let e = softmax(&x, 5).unwrap_err().to_string();
+                assert!(e.contains("softmax") && e.contains("axis"), "{e}");
+            }
+            // SAFETY: the input is live for the call.
+            let e = fast_op("exp", |res, s| unsafe {
+                mlx_sys::burn_mlx_fast_unary(res, a.as_ptr(), 9, s)
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("unknown op code 9"), "{e}");
         });
     }
 

@@ -60,6 +60,10 @@ unsafe extern "C" {
         op: ::std::os::raw::c_int,
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`fast_unary.cpp`): MLX's message for the last failure of
+    /// `burn_mlx_fast_unary` or `burn_mlx_softmax` on the calling thread, or "" if none. The
+    /// string belongs to the thread and lives until its next failing call: copy it at once.
+    pub fn burn_mlx_fast_last_error() -> *const ::std::os::raw::c_char;
     /// burn-mlx's addition (`fast_unary.cpp`): softmax of `a` over `axis` on stream `s`,
     /// composed with the vectorized `exp` for float32 on a CPU stream, MLX's precise `softmax`
     /// otherwise. Returns 0, or 1 if MLX rejected the input.
