@@ -2,13 +2,18 @@
 //!
 //! The bench binary (`main.rs`) runs every workload through criterion; this module then reads
 //! criterion's estimates (`<criterion dir>/<workload>/<backend>/new/estimates.json`, the median's
-//! point estimate in nanoseconds), writes the table and the notes, appends the hand-kept
-//! sections `benches/cpu_profile.md`, `benches/llm.md`, `benches/nvidia.md` and
-//! `benches/distributed.md`, and has
+//! point estimate in nanoseconds), writes the table and the notes, keeps everything of the old
+//! `BENCHMARKS.md` below [`HAND_KEPT`] as it is (on a first run: appends `benches/cpu_profile.md`,
+//! `benches/llm.md`, `benches/nvidia.md` and `benches/distributed.md` there), and has
 //! [`plot`](super::plot) draw `benches/plot.svg`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+/// The line of `BENCHMARKS.md` below which a run changes nothing: the sections there (measured
+/// by other commands, on other machines, or summarized by hand) are kept as they are.
+pub const HAND_KEPT: &str = "<!-- cargo bench rewrites only what is above this line; the sections \
+                             below it are kept by hand. -->";
 
 /// The implementations compared, as `(criterion function id, column title)`, `Mlx` first.
 /// `mlx-compiled` is Burn on `Mlx` with the workload's function compiled by
@@ -270,14 +275,36 @@ pub fn write_report(
          the previous step's update, so in steady state each step is computed once.\n\
          - On this Linux machine MLX runs on its CPU backend; its Metal and CUDA backends are \
          where it is meant to be fast. Machines are noisy: compare ratios, not absolute times.\n\
-         - What holds `Mlx` back on this CPU is MLX's CPU backend as the `mlx-cpu` wheel builds \
-         it, not the Burn layer (raw mlx-rs is as slow, and the perf section below puts almost \
-         no time in the Rust code): its elementwise ops and reductions run on one thread, and \
-         its transcendental functions (`exp`, `erf`, `tanh`, `pow`) are scalar code; `exp` \
-         calls libm's `fmaf` once per polynomial term, which is most of an elementwise chain's \
-         and a softmax's time. Burn's Flex backend runs the same ops vectorized on both cores. \
-         GEMMs go to OpenBLAS and are on par with or faster than the peers.\n",
+         - MLX's own CPU kernels come from the `mlx-cpu` wheel, built for baseline x86-64 (no \
+         AVX2, no FMA): its elementwise ops and reductions run on one thread, and its \
+         transcendental functions are scalar code (`exp` calls libm's `fmaf` once per \
+         polynomial term). burn-mlx runs float32 `exp`, `tanh`, `erf`, `sigmoid` and softmax on \
+         the CPU through vectorized kernels of its own (`mlx-sys/fast_unary.cpp`, README \
+         \"How it is built\"), so in the elementwise-chain and softmax rows the raw mlx-rs \
+         column, which calls MLX's kernels, times MLX's scalar code rather than Burn's \
+         overhead. Burn's Flex backend runs ops vectorized on both cores. GEMMs go to OpenBLAS.\n",
     );
+    md.push('\n');
+    md.push_str(HAND_KEPT);
+    md.push('\n');
+    let md_path = root.join("BENCHMARKS.md");
+    // Sections kept by hand below the marker survive the run unchanged; a file without the
+    // marker gets the hand-kept files below.
+    let kept = std::fs::read_to_string(&md_path)
+        .ok()
+        .and_then(|old| old.split_once(HAND_KEPT).map(|(_, kept)| kept.to_string()));
+    match kept {
+        Some(kept) => md.push_str(kept.strip_prefix('\n').unwrap_or(&kept)),
+        None => append_hand_kept_files(root, &mut md),
+    }
+    std::fs::write(&md_path, md)?;
+    let svg_path = root.join("benches").join("plot.svg");
+    std::fs::write(&svg_path, super::plot::ratio_chart(workloads, &times)?)?;
+    Ok((md_path, svg_path))
+}
+
+/// Appends the sections measured by other commands (`benches/*.md`) to a report that has none.
+fn append_hand_kept_files(root: &Path, md: &mut String) {
     // The perf breakdown of `scripts/profile_cpu.sh`, when it has been run.
     if let Ok(profile) = std::fs::read_to_string(root.join("benches").join("cpu_profile.md")) {
         md.push('\n');
@@ -300,9 +327,4 @@ pub fn write_report(
         md.push('\n');
         md.push_str(&dist);
     }
-    let md_path = root.join("BENCHMARKS.md");
-    std::fs::write(&md_path, md)?;
-    let svg_path = root.join("benches").join("plot.svg");
-    std::fs::write(&svg_path, super::plot::ratio_chart(workloads, &times)?)?;
-    Ok((md_path, svg_path))
 }
