@@ -409,8 +409,8 @@ int fail(const char* what) {
 
 } // namespace
 
-// The message of the last failure of `burn_mlx_fast_unary` or `burn_mlx_softmax` on the calling
-// thread (MLX's exception text), or "" if none; valid until the thread's next failing call.
+// The message of the last failure of `burn_mlx_fast_unary`, `burn_mlx_softmax` or
+// `burn_mlx_logsumexp` on the calling thread (MLX's exception text), or "" if none; valid until the thread's next failing call.
 extern "C" const char* burn_mlx_fast_last_error() {
   return last_error.c_str();
 }
@@ -478,6 +478,40 @@ extern "C" int burn_mlx_softmax(
     }
     mlx_array_set_(
         *res, mx::softmax(x, std::vector<int>{axis}, true, stream));
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
+
+// log(sum(exp(a))) over `axis` on stream `s`, the axis kept as size 1 when `keepdims`: for
+// float32 on a CPU stream composed as max + log(sum(exp(x - max))) with the vectorized `exp`
+// (MLX's CPU `LogSumExp` kernel calls its scalar `exp`), and where the max is infinite, the max
+// itself (a row of -inf gives -inf, a row with +inf gives +inf), as MLX's `logsumexp` does;
+// MLX's `logsumexp` otherwise. Returns 0, or 1 if MLX rejected the input.
+extern "C" int burn_mlx_logsumexp(
+    mlx_array* res,
+    const mlx_array a,
+    int axis,
+    bool keepdims,
+    const mlx_stream s) {
+  try {
+    const mx::array& x = mlx_array_get_(a);
+    const mx::Stream& stream = mlx_stream_get_(s);
+    if (takes_fast_path(x, stream)) {
+      auto max = mx::stop_gradient(mx::max(x, axis, true, stream), stream);
+      mx::array e = BurnMlxFastUnary::of(
+          mx::subtract(x, max, stream), stream, FastOp::Exp);
+      auto out = mx::add(
+          mx::log(mx::sum(e, axis, true, stream), stream), max, stream);
+      out = mx::where(mx::isinf(max, stream), max, out, stream);
+      if (!keepdims) {
+        out = mx::squeeze(out, axis, stream);
+      }
+      mlx_array_set_(*res, out);
+      return 0;
+    }
+    mlx_array_set_(*res, mx::logsumexp(x, axis, keepdims, stream));
     return 0;
   } catch (const std::exception& e) {
     return fail(e.what());

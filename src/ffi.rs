@@ -197,6 +197,21 @@ pub(crate) fn softmax(a: &Array, axis: i32) -> Result<Array, mlx_rs::error::Exce
     })
 }
 
+/// `log(sum(exp(a)))` over `axis`, the axis kept as size 1 when `keepdims`: on a CPU stream,
+/// float32 is composed as max + log(sum(exp(x - max))) with the vectorized `exp` (MLX's CPU
+/// `LogSumExp` kernel evaluates its `exp` one element at a time); anything else goes through
+/// MLX's `logsumexp`. Rows whose max is infinite give that max, as MLX's does.
+pub(crate) fn logsumexp(
+    a: &Array,
+    axis: i32,
+    keepdims: bool,
+) -> Result<Array, mlx_rs::error::Exception> {
+    // SAFETY: the input is live for the call.
+    fast_op("logsumexp", |res, s| unsafe {
+        mlx_sys::burn_mlx_logsumexp(res, a.as_ptr(), axis, keepdims, s)
+    })
+}
+
 /// Elementwise bitwise NOT.
 pub(crate) fn bitwise_invert(a: &Array) -> Result<Array, MlxError> {
     // SAFETY: the input is live for the call.
@@ -595,6 +610,79 @@ mod tests {
                 for (g, w) in got.iter().zip(&want) {
                     assert!(close(*g, *w, 4.0), "axis {axis}: {got:?} against {want:?}");
                 }
+            }
+        });
+    }
+
+    #[test]
+    fn cpu_logsumexp_matches_mlx_logsumexp() {
+        // Large, equal, -inf, all -inf, +inf and NaN rows, over both axes, with and without the
+        // reduced axis; and its gradient (the softmax) through MLX's autodiff.
+        let inf = f32::INFINITY;
+        let x = [
+            1.0f32,
+            2.0,
+            3.0,
+            -1.0,
+            1000.0,
+            1000.0,
+            -1000.0,
+            0.0,
+            -inf,
+            0.5,
+            2.0,
+            -3.0,
+            -inf,
+            -inf,
+            -inf,
+            -inf,
+            1.0,
+            inf,
+            2.0,
+            -inf,
+            0.0,
+            f32::NAN,
+            1.0,
+            2.0,
+        ];
+        MlxDevice::Cpu.scope(|| {
+            let a = Array::from_slice(&x, &[6, 4]);
+            let t = MlxTensor::from_array(logsumexp(&a, -1, true).unwrap(), MlxDevice::Cpu);
+            let prims = pending_primitives(&[&t]).unwrap();
+            assert!(prims.contains_key("BurnMlxFastExp"), "{prims:?}");
+            for (axis, keepdims) in [(-1, true), (1, false), (0, true), (0, false)] {
+                let got = logsumexp(&a, axis, keepdims).unwrap();
+                let want = ops::logsumexp_axis(&a, axis, keepdims).unwrap();
+                assert_eq!(
+                    got.shape(),
+                    want.shape(),
+                    "axis {axis}, keepdims {keepdims}"
+                );
+                let got = got.as_slice::<f32>().to_vec();
+                let want = want.as_slice::<f32>().to_vec();
+                for (g, w) in got.iter().zip(&want) {
+                    let same = (g.is_nan() && w.is_nan()) || g == w || close(*g, *w, 4.0);
+                    assert!(same, "axis {axis}: {got:?} against {want:?}");
+                }
+            }
+            // The gradient of a sum of logsumexps is each row's softmax: against f64.
+            let rows = [[-2.0f32, -0.3, 0.0], [0.4, 1.7, 30.0]];
+            let finite = Array::from_slice(rows.as_flattened(), &[2, 3]);
+            let mut g = mlx_rs::transforms::grad(|a: &Array| logsumexp(a, -1, true)?.sum(None));
+            let got = g(&finite).unwrap().as_slice::<f32>().to_vec();
+            let want: Vec<f64> = rows
+                .iter()
+                .flat_map(|r| {
+                    let m = r.iter().fold(f64::MIN, |m, &v| m.max(v as f64));
+                    let s: f64 = r.iter().map(|&v| (v as f64 - m).exp()).sum();
+                    r.iter().map(move |&v| (v as f64 - m).exp() / s)
+                })
+                .collect();
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (*g as f64 - w).abs() <= 1e-5 * w.abs(),
+                    "{got:?} against {want:?}"
+                );
             }
         });
     }

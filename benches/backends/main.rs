@@ -255,13 +255,15 @@ fn raw_chain(n: usize) -> Maker {
     })
 }
 
-/// 0: sum over the last axis, 1: max over the last axis, 2: softmax over the last axis.
+/// 0: sum over the last axis, 1: max over the last axis, 2: softmax over the last axis, 3:
+/// log-softmax over the last axis.
 fn reduce_job<B: Backend>(d: &B::Device, which: u8) -> Job {
     let x = rand::<B, 2>([1024, 1024], d);
     match which {
         0 => Box::new(move || force(x.clone().sum_dim(1))),
         1 => Box::new(move || force(x.clone().max_dim(1))),
-        _ => Box::new(move || force(activation::softmax(x.clone(), 1))),
+        2 => Box::new(move || force(activation::softmax(x.clone(), 1))),
+        _ => Box::new(move || force(activation::log_softmax(x.clone(), 1))),
     }
 }
 
@@ -271,11 +273,16 @@ fn raw_reduce(which: u8) -> Maker {
         match which {
             0 => Box::new(move || x.sum_axis(1, true).unwrap().eval().unwrap()),
             1 => Box::new(move || x.max_axis(1, true).unwrap().eval().unwrap()),
-            _ => Box::new(move || {
+            2 => Box::new(move || {
                 mlx_rs::ops::softmax_axis(&x, 1, true)
                     .unwrap()
                     .eval()
                     .unwrap()
+            }),
+            // What Burn + Mlx computes, with MLX's own `logsumexp`.
+            _ => Box::new(move || {
+                let lse = mlx_rs::ops::logsumexp_axis(&x, 1, true).unwrap();
+                x.subtract(&lse).unwrap().eval().unwrap()
             }),
         }
     })
@@ -620,6 +627,7 @@ fn all(s: &mut Suite) {
         (0u8, "sum_dim_1024", "sum_dim 1024x1024 (last axis)"),
         (1, "max_dim_1024", "max_dim 1024x1024 (last axis)"),
         (2, "softmax_1024", "softmax 1024x1024 (last axis)"),
+        (3, "log_softmax_1024", "log_softmax 1024x1024 (last axis)"),
     ] {
         s.run(
             id,

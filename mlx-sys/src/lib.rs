@@ -61,7 +61,7 @@ unsafe extern "C" {
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
     /// burn-mlx's addition (`fast_unary.cpp`): MLX's message for the last failure of
-    /// `burn_mlx_fast_unary` or `burn_mlx_softmax` on the calling thread, or "" if none. The
+    /// `burn_mlx_fast_unary`, `burn_mlx_softmax` or `burn_mlx_logsumexp` on the calling thread, or "" if none. The
     /// string belongs to the thread and lives until its next failing call: copy it at once.
     pub fn burn_mlx_fast_last_error() -> *const ::std::os::raw::c_char;
     /// burn-mlx's addition (`fast_unary.cpp`): softmax of `a` over `axis` on stream `s`,
@@ -71,6 +71,16 @@ unsafe extern "C" {
         res: *mut mlx_array,
         a: mlx_array,
         axis: ::std::os::raw::c_int,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`fast_unary.cpp`): `log(sum(exp(a)))` over `axis` on stream `s`,
+    /// the axis kept as size 1 when `keepdims`; composed with the vectorized `exp` for float32
+    /// on a CPU stream, MLX's `logsumexp` otherwise. Returns 0, or 1 if MLX rejected the input.
+    pub fn burn_mlx_logsumexp(
+        res: *mut mlx_array,
+        a: mlx_array,
+        axis: ::std::os::raw::c_int,
+        keepdims: bool,
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }

@@ -89,10 +89,10 @@ impl ActivationOps<Self> for Mlx {
             let dtype = a.dtype();
             if matches!(dtype, Dtype::Float16 | Dtype::Bfloat16) {
                 let x = a.as_dtype(Dtype::Float32)?;
-                x.subtract(&ops::logsumexp_axis(&x, dim as i32, true)?)?
+                x.subtract(&ffi::logsumexp(&x, dim as i32, true)?)?
                     .as_dtype(dtype)
             } else {
-                a.subtract(&ops::logsumexp_axis(a, dim as i32, true)?)
+                a.subtract(&ffi::logsumexp(a, dim as i32, true)?)
             }
         })
     }
