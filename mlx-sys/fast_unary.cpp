@@ -457,6 +457,16 @@ extern "C" int burn_mlx_fast_unary(
   }
 }
 
+// exp(x - max) with the vectorized `exp`, the max over `axis` kept as size 1 and held constant
+// for autodiff (the shift changes neither softmax nor logsumexp); returns {max, exp}.
+std::pair<mx::array, mx::array>
+shifted_exp(const mx::array& x, int axis, const mx::Stream& stream) {
+  auto max = mx::stop_gradient(mx::max(x, axis, true, stream), stream);
+  mx::array e =
+      BurnMlxFastUnary::of(mx::subtract(x, max, stream), stream, FastOp::Exp);
+  return {max, e};
+}
+
 // Softmax of `a` over `axis` on stream `s`: for float32 on a CPU stream, composed as
 // exp(x - max) / sum with the vectorized `exp` above (MLX's own CPU `Softmax` kernel calls its
 // scalar `exp`); MLX's `softmax` (precise) otherwise. Returns 0, or 1 if MLX rejected the input.
@@ -469,9 +479,7 @@ extern "C" int burn_mlx_softmax(
     const mx::array& x = mlx_array_get_(a);
     const mx::Stream& stream = mlx_stream_get_(s);
     if (takes_fast_path(x, stream)) {
-      auto max = mx::stop_gradient(mx::max(x, axis, true, stream), stream);
-      mx::array e = BurnMlxFastUnary::of(
-          mx::subtract(x, max, stream), stream, FastOp::Exp);
+      auto [max, e] = shifted_exp(x, axis, stream);
       mlx_array_set_(
           *res, mx::divide(e, mx::sum(e, axis, true, stream), stream));
       return 0;
@@ -499,9 +507,7 @@ extern "C" int burn_mlx_logsumexp(
     const mx::array& x = mlx_array_get_(a);
     const mx::Stream& stream = mlx_stream_get_(s);
     if (takes_fast_path(x, stream)) {
-      auto max = mx::stop_gradient(mx::max(x, axis, true, stream), stream);
-      mx::array e = BurnMlxFastUnary::of(
-          mx::subtract(x, max, stream), stream, FastOp::Exp);
+      auto [max, e] = shifted_exp(x, axis, stream);
       auto out = mx::add(
           mx::log(mx::sum(e, axis, true, stream), stream), max, stream);
       out = mx::where(mx::isinf(max, stream), max, out, stream);

@@ -576,27 +576,19 @@ mod tests {
         }
     }
 
+    /// Rows of 4 for the reductions: large, equal, -inf and all -inf entries.
+    fn reduction_rows() -> Vec<f32> {
+        let ninf = f32::NEG_INFINITY;
+        vec![
+            1.0, 2.0, 3.0, -1.0, 1000.0, 1000.0, -1000.0, 0.0, ninf, 0.5, 2.0, -3.0, ninf, ninf,
+            ninf, ninf,
+        ]
+    }
+
     #[test]
     fn cpu_softmax_matches_mlx_softmax() {
-        // Rows with large, equal, -inf and all -inf entries, over both axes.
-        let x = [
-            1.0f32,
-            2.0,
-            3.0,
-            -1.0,
-            1000.0,
-            1000.0,
-            -1000.0,
-            0.0,
-            f32::NEG_INFINITY,
-            0.5,
-            2.0,
-            -3.0,
-            f32::NEG_INFINITY,
-            f32::NEG_INFINITY,
-            f32::NEG_INFINITY,
-            f32::NEG_INFINITY,
-        ];
+        // The rows of `reduction_rows`, over both axes.
+        let x = reduction_rows();
         MlxDevice::Cpu.scope(|| {
             let a = Array::from_slice(&x, &[4, 4]);
             let t = MlxTensor::from_array(softmax(&a, -1).unwrap(), MlxDevice::Cpu);
@@ -616,35 +608,19 @@ mod tests {
 
     #[test]
     fn cpu_logsumexp_matches_mlx_logsumexp() {
-        // Large, equal, -inf, all -inf, +inf and NaN rows, over both axes, with and without the
-        // reduced axis; and its gradient (the softmax) through MLX's autodiff.
-        let inf = f32::INFINITY;
-        let x = [
-            1.0f32,
-            2.0,
-            3.0,
-            -1.0,
-            1000.0,
-            1000.0,
-            -1000.0,
-            0.0,
-            -inf,
-            0.5,
-            2.0,
-            -3.0,
-            -inf,
-            -inf,
-            -inf,
-            -inf,
+        // The rows of `reduction_rows` and rows with +inf and NaN, over both axes, with and
+        // without the reduced axis; and its gradient (the softmax) through MLX's autodiff.
+        let mut x = reduction_rows();
+        x.extend([
             1.0,
-            inf,
+            f32::INFINITY,
             2.0,
-            -inf,
+            f32::NEG_INFINITY,
             0.0,
             f32::NAN,
             1.0,
             2.0,
-        ];
+        ]);
         MlxDevice::Cpu.scope(|| {
             let a = Array::from_slice(&x, &[6, 4]);
             let t = MlxTensor::from_array(logsumexp(&a, -1, true).unwrap(), MlxDevice::Cpu);
