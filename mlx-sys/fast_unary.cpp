@@ -415,6 +415,46 @@ extern "C" const char* burn_mlx_fast_last_error() {
   return last_error.c_str();
 }
 
+namespace {
+
+// The frame of the C entries below: `fast(x, stream)` when `a` takes the fast kernels, `mlx(x,
+// stream)` (MLX's own op) otherwise, written to `res`. Returns 0, or 1 with MLX's message kept
+// for `burn_mlx_fast_last_error` if MLX rejected the input.
+template <class Fast, class Mlx>
+int run_entry(
+    mlx_array* res,
+    const mlx_array a,
+    const mlx_stream s,
+    Fast fast,
+    Mlx mlx) {
+  try {
+    const mx::array& x = mlx_array_get_(a);
+    const mx::Stream& stream = mlx_stream_get_(s);
+    mlx_array_set_(
+        *res, takes_fast_path(x, stream) ? fast(x, stream) : mlx(x, stream));
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
+
+// MLX's own op for `op`.
+mx::array mlx_unary(FastOp op, const mx::array& x, const mx::Stream& stream) {
+  switch (op) {
+    case FastOp::Exp:
+      return mx::exp(x, stream);
+    case FastOp::Tanh:
+      return mx::tanh(x, stream);
+    case FastOp::Erf:
+      return mx::erf(x, stream);
+    case FastOp::Sigmoid:
+      break;
+  }
+  return mx::sigmoid(x, stream);
+}
+
+} // namespace
+
 // Applies `exp` (op 0), `tanh` (1), `erf` (2) or `sigmoid` (3) to `a` on stream `s`: through
 // BurnMlxFastUnary for float32 on a CPU stream, through MLX's own op otherwise. Returns 0, or 1
 // if MLX rejected the input (the message: `burn_mlx_fast_last_error`).
@@ -423,39 +463,26 @@ extern "C" int burn_mlx_fast_unary(
     const mlx_array a,
     int op,
     const mlx_stream s) {
-  try {
-    const mx::array& x = mlx_array_get_(a);
-    const mx::Stream& stream = mlx_stream_get_(s);
-    if (op < 0 || op > 3) {
-      return fail(
-          ("burn_mlx_fast_unary: unknown op code " + std::to_string(op) +
-           " (0 exp, 1 tanh, 2 erf, 3 sigmoid)")
-              .c_str());
-    }
-    auto fop = static_cast<FastOp>(op);
-    if (takes_fast_path(x, stream)) {
-      mlx_array_set_(*res, BurnMlxFastUnary::of(x, stream, fop));
-      return 0;
-    }
-    switch (fop) {
-      case FastOp::Exp:
-        mlx_array_set_(*res, mx::exp(x, stream));
-        break;
-      case FastOp::Tanh:
-        mlx_array_set_(*res, mx::tanh(x, stream));
-        break;
-      case FastOp::Erf:
-        mlx_array_set_(*res, mx::erf(x, stream));
-        break;
-      case FastOp::Sigmoid:
-        mlx_array_set_(*res, mx::sigmoid(x, stream));
-        break;
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    return fail(e.what());
+  if (op < 0 || op > 3) {
+    return fail(
+        ("burn_mlx_fast_unary: unknown op code " + std::to_string(op) +
+         " (0 exp, 1 tanh, 2 erf, 3 sigmoid)")
+            .c_str());
   }
+  auto fop = static_cast<FastOp>(op);
+  return run_entry(
+      res,
+      a,
+      s,
+      [fop](const mx::array& x, const mx::Stream& stream) {
+        return BurnMlxFastUnary::of(x, stream, fop);
+      },
+      [fop](const mx::array& x, const mx::Stream& stream) {
+        return mlx_unary(fop, x, stream);
+      });
 }
+
+namespace {
 
 // exp(x - max) with the vectorized `exp`, the max over `axis` kept as size 1 and held constant
 // for autodiff (the shift changes neither softmax nor logsumexp); returns {max, exp}.
@@ -467,6 +494,8 @@ shifted_exp(const mx::array& x, int axis, const mx::Stream& stream) {
   return {max, e};
 }
 
+} // namespace
+
 // Softmax of `a` over `axis` on stream `s`: for float32 on a CPU stream, composed as
 // exp(x - max) / sum with the vectorized `exp` above (MLX's own CPU `Softmax` kernel calls its
 // scalar `exp`); MLX's `softmax` (precise) otherwise. Returns 0, or 1 if MLX rejected the input.
@@ -475,21 +504,17 @@ extern "C" int burn_mlx_softmax(
     const mlx_array a,
     int axis,
     const mlx_stream s) {
-  try {
-    const mx::array& x = mlx_array_get_(a);
-    const mx::Stream& stream = mlx_stream_get_(s);
-    if (takes_fast_path(x, stream)) {
-      auto [max, e] = shifted_exp(x, axis, stream);
-      mlx_array_set_(
-          *res, mx::divide(e, mx::sum(e, axis, true, stream), stream));
-      return 0;
-    }
-    mlx_array_set_(
-        *res, mx::softmax(x, std::vector<int>{axis}, true, stream));
-    return 0;
-  } catch (const std::exception& e) {
-    return fail(e.what());
-  }
+  return run_entry(
+      res,
+      a,
+      s,
+      [axis](const mx::array& x, const mx::Stream& stream) {
+        auto [max, e] = shifted_exp(x, axis, stream);
+        return mx::divide(e, mx::sum(e, axis, true, stream), stream);
+      },
+      [axis](const mx::array& x, const mx::Stream& stream) {
+        return mx::softmax(x, std::vector<int>{axis}, true, stream);
+      });
 }
 
 // log(sum(exp(a))) over `axis` on stream `s`, the axis kept as size 1 when `keepdims`: for
@@ -503,23 +528,18 @@ extern "C" int burn_mlx_logsumexp(
     int axis,
     bool keepdims,
     const mlx_stream s) {
-  try {
-    const mx::array& x = mlx_array_get_(a);
-    const mx::Stream& stream = mlx_stream_get_(s);
-    if (takes_fast_path(x, stream)) {
-      auto [max, e] = shifted_exp(x, axis, stream);
-      auto out = mx::add(
-          mx::log(mx::sum(e, axis, true, stream), stream), max, stream);
-      out = mx::where(mx::isinf(max, stream), max, out, stream);
-      if (!keepdims) {
-        out = mx::squeeze(out, axis, stream);
-      }
-      mlx_array_set_(*res, out);
-      return 0;
-    }
-    mlx_array_set_(*res, mx::logsumexp(x, axis, keepdims, stream));
-    return 0;
-  } catch (const std::exception& e) {
-    return fail(e.what());
-  }
+  return run_entry(
+      res,
+      a,
+      s,
+      [axis, keepdims](const mx::array& x, const mx::Stream& stream) {
+        auto [max, e] = shifted_exp(x, axis, stream);
+        auto out = mx::add(
+            mx::log(mx::sum(e, axis, true, stream), stream), max, stream);
+        out = mx::where(mx::isinf(max, stream), max, out, stream);
+        return keepdims ? out : mx::squeeze(out, axis, stream);
+      },
+      [axis, keepdims](const mx::array& x, const mx::Stream& stream) {
+        return mx::logsumexp(x, axis, keepdims, stream);
+      });
 }

@@ -637,11 +637,12 @@ mod tests {
                 let got = got.as_slice::<f32>().to_vec();
                 let want = want.as_slice::<f32>().to_vec();
                 for (g, w) in got.iter().zip(&want) {
-                    let same = (g.is_nan() && w.is_nan()) || g == w || close(*g, *w, 4.0);
-                    assert!(same, "axis {axis}: {got:?} against {want:?}");
+                    assert!(close(*g, *w, 4.0), "axis {axis}: {got:?} against {want:?}");
                 }
             }
-            // The gradient of a sum of logsumexps is each row's softmax: against f64.
+            // The gradient of a sum of logsumexps is each row's softmax: against f64. Rounding
+            // x - max to f32 (spacing 1.9e-6 at 29.6) already moves exp(x - max) by up to about
+            // 1e-6 relative; measured here 7.6e-7 (MLX's own logsumexp: 2.4e-6).
             let rows = [[-2.0f32, -0.3, 0.0], [0.4, 1.7, 30.0]];
             let finite = Array::from_slice(rows.as_flattened(), &[2, 3]);
             let mut g = mlx_rs::transforms::grad(|a: &Array| logsumexp(a, -1, true)?.sum(None));
@@ -656,7 +657,7 @@ mod tests {
                 .collect();
             for (g, w) in got.iter().zip(&want) {
                 assert!(
-                    (*g as f64 - w).abs() <= 1e-5 * w.abs(),
+                    (*g as f64 - w).abs() <= 1.5e-6 * w.abs(),
                     "{got:?} against {want:?}"
                 );
             }
