@@ -14,6 +14,9 @@
 
 extern crate burn_core as burn;
 
+#[path = "common/ndarray_rng.rs"]
+mod ndarray_rng;
+
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -176,11 +179,15 @@ fn transformer_loss_falls_on_mlx() {
 /// The same initial weights on both backends.
 fn initial_pair(seed: u64) -> (TinyLm<MlxAd>, TinyLm<NdAd>) {
     let (dm, dn) = (MlxDevice::Cpu, NdArrayDevice::Cpu);
-    NdAd::seed(&dn, seed);
-    // Materialize the lazily initialized parameters before cloning (a clone of an uninitialized
-    // module draws its own weights).
-    let nd = TinyLm::<NdAd>::new(0.0, &dn);
-    parameters(&nd);
+    let nd = {
+        let _rng = ndarray_rng::ndarray_rng();
+        NdAd::seed(&dn, seed);
+        // Materialize the lazily initialized parameters before cloning (a clone of an
+        // uninitialized module draws its own weights).
+        let nd = TinyLm::<NdAd>::new(0.0, &dn);
+        parameters(&nd);
+        nd
+    };
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let bytes = recorder.record(nd.clone().into_record(), ()).unwrap();
     let record = BinBytesRecorder::<FullPrecisionSettings>::default()
