@@ -2,6 +2,8 @@
 
 use burn_backend::{DeviceId, DeviceOps};
 use mlx_rs::{DeviceType, Stream};
+use std::fmt;
+use std::str::FromStr;
 use std::sync::OnceLock;
 
 /// An MLX device: the CPU, or the GPU (Metal on Apple Silicon, CUDA on NVIDIA).
@@ -23,6 +25,30 @@ impl Default for MlxDevice {
         } else {
             MlxDevice::Cpu
         }
+    }
+}
+
+/// Parses a device as a command line spells it: `cpu` or `gpu` (any case), so that a clap
+/// `--device` argument can be an `MlxDevice`.
+impl FromStr for MlxDevice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "cpu" => Ok(MlxDevice::Cpu),
+            "gpu" => Ok(MlxDevice::Gpu),
+            _ => Err(format!("unknown MLX device `{s}`: expected `cpu` or `gpu`")),
+        }
+    }
+}
+
+/// Writes the device as [`FromStr`] reads it: `cpu` or `gpu`.
+impl fmt::Display for MlxDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MlxDevice::Cpu => "cpu",
+            MlxDevice::Gpu => "gpu",
+        })
     }
 }
 
