@@ -29,11 +29,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The download cache (Linux): download, verify, unpack, check, repair. Shared with
-/// `tests/build_faults.rs` and the MiniLM example, which use parts this script does not.
-#[allow(dead_code)]
-#[path = "fetch.rs"]
-mod fetch;
+/// The download cache (Linux): download, verify, unpack, check, repair (crates/burn-mlx-cache).
+use burn_mlx_cache as fetch;
 
 /// The forwarding library that gives the MLX wheel OpenBLAS (Linux).
 #[path = "blas.rs"]
@@ -57,7 +54,6 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=fetch.rs");
     println!("cargo:rerun-if-changed=blas.rs");
     println!("cargo:rerun-if-changed=blas_gemv.c");
     println!("cargo:rerun-if-changed=exit_guard.cpp");

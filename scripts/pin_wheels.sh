@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prints the sha256 of every wheel burn-mlx downloads, for the pins in mlx-sys/fetch.rs
+# Prints the sha256 of every wheel burn-mlx downloads, for the pins in crates/burn-mlx-cache/src/lib.rs
 # (MLX_CPU, MLX_CUDA, OPENBLAS, MINILM). Check a new hash against PyPI's page for the file
 # before pinning it. Downloads about 200 MB into a temporary folder.
 set -euo pipefail

