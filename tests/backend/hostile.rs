@@ -5,14 +5,12 @@
 //! differential harness. Where it does not (overflowing casts, where burn-ndarray panics;
 //! out-of-range indices, which Burn documents as unspecified), the tests pin burn-mlx's documented,
 //! deterministic behaviour and check that nothing crashes or corrupts memory.
-#[macro_use]
-mod common;
 
 use burn_mlx::{Mlx, MlxDevice};
 use burn_tensor::module::{avg_pool2d, conv2d, max_pool2d};
 use burn_tensor::ops::ConvOptions;
 use burn_tensor::{Bool, DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
-use common::*;
+use crate::common::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 const CPU: MlxDevice = MlxDevice::Cpu;

@@ -1,13 +1,10 @@
-//! burn-ndarray keeps one random generator for the whole process, and the tests of one file run in
-//! parallel. A test that seeds it and expects the same starting weights on every run must seed and
-//! draw while holding [`ndarray_rng`], and so must every other test of the file that draws from it:
+//! burn-ndarray keeps one random generator for the whole process, and the tests of this binary run
+//! in parallel. A test that seeds it and expects the same starting weights on every run must seed
+//! and draw while holding [`ndarray_rng`], and so must every other test that draws from it:
 //! building a module draws its weights, and loading a record into a fresh NdArray module draws its
 //! biases first (measured: one draw per bias, the generator's next values change across
 //! `load_file`). Without the lock one CI run drew starting weights that no run here had seen, and
 //! a run here built one test's MLP from two seeds' values.
-//!
-//! Included with `#[path = "common/ndarray_rng.rs"] mod ndarray_rng;` by the test files that
-//! compare training runs against burn-ndarray.
 
 use std::sync::{Mutex, MutexGuard};
 

@@ -10,7 +10,6 @@
 //!
 //! CI-sized: a few seconds.
 
-extern crate burn_core as burn;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};

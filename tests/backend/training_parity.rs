@@ -9,12 +9,7 @@
 //! starting weights come from burn-ndarray's seeded generator under one lock
 //! (`common/ndarray_rng.rs`), so they are the same on every run.
 
-extern crate burn_core as burn;
 
-#[path = "common/ndarray_rng.rs"]
-mod ndarray_rng;
-#[path = "common/op_stream.rs"]
-mod op_stream;
 
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{
@@ -32,7 +27,8 @@ use burn_nn::pool::{AvgPool2d, AvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn_nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
-use ndarray_rng::ndarray_rng;
+use crate::common::ndarray_rng::ndarray_rng;
+use crate::common::op_stream;
 use std::path::PathBuf;
 
 type MlxAd = Autodiff<Mlx>;

@@ -4,13 +4,11 @@
 //!
 //! `int_powi_scalar_impl` has no public method and is called through the trait. Int random
 //! statistics are checked in `float_ops.rs` (`random_distributions_statistics`).
-#[macro_use]
-mod common;
 
 use burn_tensor::backend::Backend;
 use burn_tensor::ElementConversion;
 use burn_tensor::{s, DType, FloatDType, IndexingUpdateOp, Int, IntDType, Tensor, TensorData};
-use common::*;
+use crate::common::*;
 
 // ---------------------------------------------------------------------------------------------
 // Creation, data movement, casts

@@ -4,12 +4,10 @@
 //! (`sum(y * w)`, so every output element gets a distinct upstream gradient), runs `backward()` and
 //! compares the forward values and the gradient of every input. This also exercises the
 //! `*_backward` ops of `ActivationOps` (relu, gelu, sigmoid, log_sigmoid).
-#[macro_use]
-mod common;
 
 use burn_tensor::activation;
 use burn_tensor::{s, DType, IndexingUpdateOp, Tensor};
-use common::*;
+use crate::common::*;
 
 const F32_F64: [DType; 2] = [DType::F32, DType::F64];
 

@@ -5,8 +5,6 @@
 //! Where burn-ndarray has no implementation the reference is built another way on the reference
 //! side: interpolation gradients from the images of basis inputs (interpolation is linear), FFTs
 //! as matmuls with DFT matrices.
-#[macro_use]
-mod common;
 
 use burn_core::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn_tensor::backend::{AutodiffBackend, Backend};
@@ -16,7 +14,7 @@ use burn_tensor::ops::{
     InterpolateOptions, UnfoldOptions,
 };
 use burn_tensor::{DType, Int, Tensor, TensorData};
-use common::*;
+use crate::common::*;
 
 /// Sums of a few dozen products: f32 rounding of both backends.
 const TOL: Tol = Tol {

@@ -15,12 +15,10 @@
 //!   `BATCH` cases whose seeds count up from the first (overrides the count);
 //! - `BURN_MLX_FUZZ_SEED=X`: the seed of proptest's RNG (ChaCha; default 1). A seed and a case
 //!   count always give the same programs, so a failure report names both to replay it.
-#[macro_use]
-mod common;
 
 use burn_tensor::backend::Backend;
 use burn_tensor::{activation, DType, Slice, Tensor, TensorData};
-use common::*;
+use crate::common::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;

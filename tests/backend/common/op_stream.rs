@@ -1,8 +1,5 @@
 //! The op stream's counters (`burn_mlx::op_stream_stats`) are process-wide, so the tests that read
 //! them hold one lock and run one at a time: each one then counts only its own blocks.
-//!
-//! Included with `#[path = "common/op_stream.rs"] mod op_stream;` by the test files that train or
-//! compute on `MlxFused`.
 
 use std::sync::{Mutex, MutexGuard};
 

@@ -8,8 +8,6 @@
 //! fused CPU kernels with the system C++ compiler, once, and caches them under the temporary
 //! directory). The pass's state is process-wide, so the tests take turns.
 
-extern crate burn_core as burn;
-
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Distribution, Tensor, TensorData, Tolerance};
 use burn_autodiff::Autodiff;
@@ -17,14 +15,13 @@ use burn_mlx::fusion::{self, FusionStats};
 use burn_mlx::{Mlx, MlxDevice};
 use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 type Ad = Autodiff<Mlx>;
 
 /// One test at a time: thresholds and counters are process-wide.
 fn exclusive() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = crate::one_at_a_time();
     fusion::clear();
     guard
 }

@@ -9,9 +9,12 @@
 //! burn-ndarray has no f16/bf16: on the reference side a half-precision case runs in f32 on inputs
 //! already rounded to the half type, and the comparison uses the half type's tolerance.
 //!
-//! Use from a test file with `#[macro_use] mod common;` and the [`diff!`] / [`diff_ad!`] macros, or
-//! implement [`Case`] / [`AdCase`] directly and call [`Failures::check`].
+//! Test modules use the [`diff!`] / [`diff_ad!`] macros (declared first in `main.rs`, so every
+//! module sees them), or implement [`Case`] / [`AdCase`] directly and call [`Failures::check`].
 #![allow(dead_code, unused_macros, unused_imports)]
+
+pub mod ndarray_rng;
+pub mod op_stream;
 
 use burn_backend::tensor::BasicOps;
 use burn_tensor::backend::{AutodiffBackend, Backend};

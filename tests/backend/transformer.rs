@@ -12,10 +12,7 @@
 //!   keys), so each backend's rounding noise, divided by its own RMS, moves it by up to a whole
 //!   step in a random direction. It does not change what the model computes.
 
-extern crate burn_core as burn;
 
-#[path = "common/ndarray_rng.rs"]
-mod ndarray_rng;
 
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
@@ -180,7 +177,7 @@ fn transformer_loss_falls_on_mlx() {
 fn initial_pair(seed: u64) -> (TinyLm<MlxAd>, TinyLm<NdAd>) {
     let (dm, dn) = (MlxDevice::Cpu, NdArrayDevice::Cpu);
     let nd = {
-        let _rng = ndarray_rng::ndarray_rng();
+        let _rng = crate::common::ndarray_rng::ndarray_rng();
         NdAd::seed(&dn, seed);
         // Materialize the lazily initialized parameters before cloning (a clone of an
         // uninitialized module draws its own weights).

@@ -6,8 +6,6 @@
 //! growth to stay under 5 %. It runs 500 steps by default; `BURN_MLX_MEMORY_STEPS=10000` runs a
 //! long soak.
 
-extern crate burn_core as burn;
-
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
@@ -16,13 +14,9 @@ use burn_mlx::{memory_stats, Mlx, MlxDevice};
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
-use std::sync::Mutex;
 
 type B = Autodiff<Mlx>;
 const CPU: MlxDevice = MlxDevice::Cpu;
-
-/// The tests of this file measure process-wide memory: they run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The resident set size of this process, in bytes (Linux).
 fn rss_bytes() -> Option<u64> {
@@ -59,7 +53,7 @@ impl<B: Backend> Mlp<B> {
 
 #[test]
 fn training_memory_is_stable() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::one_at_a_time();
     let steps: usize = std::env::var("BURN_MLX_MEMORY_STEPS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -134,7 +128,7 @@ fn training_memory_is_stable() {
 
 #[test]
 fn memory_cleanup_releases_the_cache() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = crate::one_at_a_time();
     // Build and evaluate some large intermediates, then drop everything.
     {
         let a = Tensor::<Mlx, 2>::random([512, 512], Distribution::Default, &CPU);
@@ -168,7 +162,7 @@ fn memory_cleanup_releases_the_cache() {
 /// reduced to one number, which memory sampled before and after the evaluation never shows.
 #[test]
 fn peak_memory_sees_transient_arrays() {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = crate::one_at_a_time();
     // Random values: MLX keeps a product of constants (`ones`) as one broadcast element.
     let a = Tensor::<Mlx, 2>::random([2048, 1], Distribution::Uniform(1.0, 2.0), &CPU);
     let b = Tensor::<Mlx, 2>::random([1, 2048], Distribution::Uniform(1.0, 2.0), &CPU);

@@ -4,8 +4,6 @@
 //! Every method of `FloatTensorOps` is reached: most through their public `Tensor` method, and the
 //! few without one (`float_powi`, `float_powi_scalar_impl`, `float_powf_scalar_impl`) through the
 //! trait. The `*_backward` activation ops are covered in `autodiff_ops.rs`.
-#[macro_use]
-mod common;
 
 use burn_tensor::activation;
 use burn_tensor::backend::Backend;
@@ -15,7 +13,7 @@ use burn_tensor::{
     s, DType, Distribution, FloatDType, IndexingUpdateOp, Int, IntDType, Slice, Tensor, TensorData,
     TensorPrimitive,
 };
-use common::*;
+use crate::common::*;
 
 const NAN: f32 = f32::NAN;
 const INF: f32 = f32::INFINITY;
@@ -1509,13 +1507,8 @@ fn run_stats(
     }
 }
 
-/// `Backend::seed` sets process-wide state (as in burn-ndarray), so the random tests in this
-/// file must not draw while another one seeds.
-static RANDOM: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn random_distributions_statistics() {
-    let _serial = RANDOM.lock().unwrap_or_else(|p| p.into_inner());
     let dev = Default::default();
     let mut f = Failures::new("random_distributions_statistics");
     let n = [200, 250];
@@ -1576,39 +1569,6 @@ fn random_distributions_statistics() {
     f.finish();
 }
 
-#[test]
-fn random_seed_reproducible() {
-    let _serial = RANDOM.lock().unwrap_or_else(|p| p.into_inner());
-    let dev = Default::default();
-    let draw = || {
-        (
-            Tensor::<TestB, 2>::random([16, 16], Distribution::Uniform(0.0, 1.0), &dev).into_data(),
-            Tensor::<TestB, 2>::random([16, 16], Distribution::Normal(0.0, 1.0), &dev).into_data(),
-            Tensor::<TestB, 2, Int>::random([16, 16], Distribution::Uniform(0.0, 100.0), &dev)
-                .into_data(),
-        )
-    };
-    TestB::seed(&dev, 42);
-    let a = draw();
-    TestB::seed(&dev, 42);
-    let b = draw();
-    TestB::seed(&dev, 43);
-    let c = draw();
-    assert_eq!(a, b, "same seed must give the same values");
-    assert_ne!(
-        a.0, c.0,
-        "different seeds should give different uniform values"
-    );
-    assert_ne!(
-        a.1, c.1,
-        "different seeds should give different normal values"
-    );
-    // Two draws in a row differ.
-    TestB::seed(&dev, 42);
-    let d1 = Tensor::<TestB, 1>::random([64], Distribution::Default, &dev).into_data();
-    let d2 = Tensor::<TestB, 1>::random([64], Distribution::Default, &dev).into_data();
-    assert_ne!(d1, d2, "consecutive draws after one seed must differ");
-}
 
 // ---------------------------------------------------------------------------------------------
 // Multi-op chains on strided views (laziness/aliasing)
