@@ -5,9 +5,9 @@
 //! compares the forward values and the gradient of every input. This also exercises the
 //! `*_backward` ops of `ActivationOps` (relu, gelu, sigmoid, log_sigmoid).
 
+use crate::common::*;
 use burn_tensor::activation;
 use burn_tensor::{s, DType, IndexingUpdateOp, Tensor};
-use crate::common::*;
 
 const F32_F64: [DType; 2] = [DType::F32, DType::F64];
 

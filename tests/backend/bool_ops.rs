@@ -1,9 +1,9 @@
 //! Differential tests of Burn's `BoolTensorOps` on burn-mlx against burn-ndarray, through Burn's
 //! public `Tensor<B, D, Bool>` API.
 
+use crate::common::*;
 use burn_tensor::ElementConversion;
 use burn_tensor::{s, Bool, DType, FloatDType, IndexingUpdateOp, IntDType, Tensor, TensorData};
-use crate::common::*;
 
 // ---------------------------------------------------------------------------------------------
 // Creation, data movement, conversion

@@ -1,12 +1,11 @@
 //! `burn_mlx::compile` / `compile_float`: compiled functions give the values burn-ndarray gives
 //! for the same computation, retrace for new shapes, and fail clearly when misused.
 
-
+use crate::common::op_stream;
+use crate::common::{compare, rand_f, Tol};
 use burn_mlx::{compile, compile_float, Mlx, MlxDevice, MlxError, MlxOps, MlxTensor};
 use burn_ndarray::NdArray;
 use burn_tensor::{activation, Tensor, TensorData};
-use crate::common::op_stream;
-use crate::common::{compare, rand_f, Tol};
 
 const TOL: Tol = Tol {
     rtol: 1e-5,

@@ -10,7 +10,6 @@
 //!
 //! CI-sized: a few seconds.
 
-
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;

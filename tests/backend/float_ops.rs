@@ -5,6 +5,7 @@
 //! few without one (`float_powi`, `float_powi_scalar_impl`, `float_powf_scalar_impl`) through the
 //! trait. The `*_backward` activation ops are covered in `autodiff_ops.rs`.
 
+use crate::common::*;
 use burn_tensor::activation;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::{GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
@@ -13,7 +14,6 @@ use burn_tensor::{
     s, DType, Distribution, FloatDType, IndexingUpdateOp, Int, IntDType, Slice, Tensor, TensorData,
     TensorPrimitive,
 };
-use crate::common::*;
 
 const NAN: f32 = f32::NAN;
 const INF: f32 = f32::INFINITY;
@@ -1568,7 +1568,6 @@ fn random_distributions_statistics() {
     }
     f.finish();
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Multi-op chains on strided views (laziness/aliasing)

@@ -16,9 +16,9 @@
 //! - `BURN_MLX_FUZZ_SEED=X`: the seed of proptest's RNG (ChaCha; default 1). A seed and a case
 //!   count always give the same programs, so a failure report names both to replay it.
 
+use crate::common::*;
 use burn_tensor::backend::Backend;
 use burn_tensor::{activation, DType, Slice, Tensor, TensorData};
-use crate::common::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;

@@ -18,10 +18,10 @@
 //! sum of 5,346 f16 ones stops at 2,048, the mean of 0..1024 overflows f16, a 2,048-long cumulative
 //! sum drifts by tens of ulps. Those shapes are here on purpose.
 
+use crate::common::*;
 use burn_tensor::backend::{AutodiffBackend, Backend};
 use burn_tensor::ops::{AttentionModuleOptions, ConvOptions, ConvTransposeOptions};
 use burn_tensor::{activation, module, DType, Int, Tensor, TensorData};
-use crate::common::*;
 
 /// The dtypes of this file.
 const HALF: [DType; 2] = [DType::F16, DType::BF16];

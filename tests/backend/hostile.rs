@@ -6,11 +6,11 @@
 //! out-of-range indices, which Burn documents as unspecified), the tests pin burn-mlx's documented,
 //! deterministic behaviour and check that nothing crashes or corrupts memory.
 
+use crate::common::*;
 use burn_mlx::{Mlx, MlxDevice};
 use burn_tensor::module::{avg_pool2d, conv2d, max_pool2d};
 use burn_tensor::ops::ConvOptions;
 use burn_tensor::{Bool, DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
-use crate::common::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 const CPU: MlxDevice = MlxDevice::Cpu;

@@ -5,10 +5,10 @@
 //! `int_powi_scalar_impl` has no public method and is called through the trait. Int random
 //! statistics are checked in `float_ops.rs` (`random_distributions_statistics`).
 
+use crate::common::*;
 use burn_tensor::backend::Backend;
 use burn_tensor::ElementConversion;
 use burn_tensor::{s, DType, FloatDType, IndexingUpdateOp, Int, IntDType, Tensor, TensorData};
-use crate::common::*;
 
 // ---------------------------------------------------------------------------------------------
 // Creation, data movement, casts

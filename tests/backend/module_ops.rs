@@ -6,6 +6,7 @@
 //! side: interpolation gradients from the images of basis inputs (interpolation is linear), FFTs
 //! as matmuls with DFT matrices.
 
+use crate::common::*;
 use burn_core::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn_tensor::backend::{AutodiffBackend, Backend};
 use burn_tensor::module;
@@ -14,7 +15,6 @@ use burn_tensor::ops::{
     InterpolateOptions, UnfoldOptions,
 };
 use burn_tensor::{DType, Int, Tensor, TensorData};
-use crate::common::*;
 
 /// Sums of a few dozen products: f32 rounding of both backends.
 const TOL: Tol = Tol {

@@ -9,8 +9,8 @@
 //! starting weights come from burn-ndarray's seeded generator under one lock
 //! (`common/ndarray_rng.rs`), so they are the same on every run.
 
-
-
+use crate::common::ndarray_rng::ndarray_rng;
+use crate::common::op_stream;
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{
     BinBytesRecorder, CompactRecorder, FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder,
@@ -27,8 +27,6 @@ use burn_nn::pool::{AvgPool2d, AvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn_nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
-use crate::common::ndarray_rng::ndarray_rng;
-use crate::common::op_stream;
 use std::path::PathBuf;
 
 type MlxAd = Autodiff<Mlx>;

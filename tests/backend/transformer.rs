@@ -12,8 +12,6 @@
 //!   keys), so each backend's rounding noise, divided by its own RMS, moves it by up to a whole
 //!   step in a random direction. It does not change what the model computes.
 
-
-
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};

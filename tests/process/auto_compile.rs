@@ -1,5 +1,6 @@
-//! Automatic fusion (`burn_mlx::fusion`): recurring graphs evaluated through MLX's `compile` give
-//! the same values as plain evaluation, arrays the program still holds keep their values,
+//! Automatic compilation (`burn_mlx::compile::auto`): recurring graphs evaluated through MLX's
+//! `compile` give the same values as plain evaluation, arrays the program still holds keep their
+//! values,
 //! structures that differ only in a primitive's parameters are told apart, a graph the pass
 //! gave up on does not keep another with the same top from being fused, and a recurring graph is
 //! recognized without a full walk but never taken for another with the same top.
@@ -11,7 +12,7 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Distribution, Tensor, TensorData, Tolerance};
 use burn_autodiff::Autodiff;
-use burn_mlx::fusion::{self, FusionStats};
+use burn_mlx::compile::auto::{self, FusionStats};
 use burn_mlx::{Mlx, MlxDevice};
 use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
@@ -22,24 +23,24 @@ type Ad = Autodiff<Mlx>;
 /// One test at a time: thresholds and counters are process-wide.
 fn exclusive() -> MutexGuard<'static, ()> {
     let guard = crate::one_at_a_time();
-    fusion::clear();
+    auto::clear();
     guard
 }
 
 /// The counters gained since `before`.
 fn since(before: FusionStats) -> FusionStats {
-    fusion::stats().since(&before)
+    auto::stats().since(&before)
 }
 
 /// Runs `body` with CPU graphs compiled at their first sighting, then turns CPU fusion off
 /// again; returns the counters gained meanwhile.
 fn fused_on_cpu(body: impl FnOnce(&MlxDevice)) -> FusionStats {
     let device = MlxDevice::Cpu;
-    fusion::set_threshold(device, 1);
-    let before = fusion::stats();
+    auto::set_threshold(device, 1);
+    let before = auto::stats();
     body(&device);
     let gained = since(before);
-    fusion::set_threshold(device, 0);
+    auto::set_threshold(device, 0);
     gained
 }
 
@@ -69,7 +70,7 @@ impl ModuleVisitor<Ad> for Values {
 /// `threshold`-th sighting (0: off); returns the losses and the final parameters.
 fn train(model: &Mlp<Ad>, threshold: u32, steps: usize) -> (Vec<f32>, Vec<TensorData>) {
     let device = MlxDevice::Cpu;
-    fusion::set_threshold(device, threshold);
+    auto::set_threshold(device, threshold);
     let x = Tensor::<Ad, 2>::from_data(
         TensorData::new(
             (0..32).map(|i| ((i * 7 % 11) as f32) / 11.0).collect(),
@@ -95,7 +96,7 @@ fn train(model: &Mlp<Ad>, threshold: u32, steps: usize) -> (Vec<f32>, Vec<Tensor
     }
     let mut values = Values(Vec::new());
     model.visit(&mut values);
-    fusion::set_threshold(device, 0);
+    auto::set_threshold(device, 0);
     (losses, values.0)
 }
 
@@ -111,7 +112,7 @@ fn a_recurring_training_step_runs_fused_and_matches_plain_evaluation() {
     // Parameters are initialized lazily: initialize them once, so that both runs start alike.
     model.visit(&mut Values(Vec::new()));
     let (plain_losses, plain_params) = train(&model, 0, 8);
-    let before = fusion::stats();
+    let before = auto::stats();
     let (fused_losses, fused_params) = train(&model, 2, 8);
     let gained = since(before);
     assert!(
@@ -282,7 +283,7 @@ fn long_tail(x: Tensor<Mlx, 2>, first: FirstOp, ops: usize) -> f32 {
 /// MLX cannot compare `Log1p` primitives) and returns the evaluations that ran fused.
 fn fused_after_a_given_up_graph(ops: usize, rounds: usize) -> u64 {
     let device = MlxDevice::Cpu;
-    fusion::set_threshold(device, 1);
+    auto::set_threshold(device, 1);
     let x = Tensor::<Mlx, 2>::from_data(
         TensorData::new((0..15).map(|i| i as f32 / 15.0).collect(), [3, 5]),
         &device,
@@ -300,7 +301,7 @@ fn fused_after_a_given_up_graph(ops: usize, rounds: usize) -> u64 {
             y
         })
         .sum();
-    let before = fusion::stats();
+    let before = auto::stats();
     for round in 0..rounds {
         let v = long_tail(x.clone(), |x| x.exp(), ops) as f64;
         assert!(
@@ -309,7 +310,7 @@ fn fused_after_a_given_up_graph(ops: usize, rounds: usize) -> u64 {
         );
     }
     let fused = since(before).fused;
-    fusion::set_threshold(device, 0);
+    auto::set_threshold(device, 0);
     fused
 }
 
