@@ -15,7 +15,7 @@
 //!
 //! [`RotaryEmbedding::apply_at`] and [`slice_assign_at`] take a position as a tensor rather than
 //! a host integer. A step whose shapes do not change (an LLM's decode step over its whole
-//! cache) can then be traced once and replayed at every position with [`crate::compile`]: a
+//! cache) can then be traced once and replayed at every position with [`crate::compile()`]: a
 //! position known only on the host would be baked into the trace.
 
 use crate::ops::base::binary;
@@ -259,7 +259,7 @@ impl<B: Backend> RotaryEmbedding<B> {
 
     /// [`apply`](Self::apply) with the first position given as a tensor of one integer on `x`'s
     /// device: the position is read by the kernel, not by the host, so a traced step
-    /// ([`crate::compile`]) serves every position. On [`Mlx`] this is MLX's fused `rope` with an
+    /// ([`crate::compile()`]) serves every position. On [`Mlx`] this is MLX's fused `rope` with an
     /// array offset.
     ///
     /// # Panics
@@ -341,7 +341,7 @@ impl<B: Backend> RotaryEmbedding<B> {
 /// `target` with `update` written along `axis` at positions `offset..offset + len` (`len` being
 /// `update`'s size on that axis; every other axis of the two must match), where `offset` is a
 /// tensor of one integer on the device: the write of a key/value cache in a step that is traced
-/// once and replayed at every position ([`crate::compile`]).
+/// once and replayed at every position ([`crate::compile()`]).
 ///
 /// On [`Mlx`] this is one MLX op (a slice update whose start is read on the device); when
 /// `target` is the only reference to its buffer, MLX writes in place. MLX's op does not check

@@ -1,7 +1,7 @@
 //! Between backend-generic Burn code and [`MlxTensor`]: [`to_mlx`] and [`from_mlx`].
 //!
 //! A model written for any backend `B` sometimes needs MLX itself when `B` is [`Mlx`]: a fused
-//! kernel ([`crate::fast`]), a compiled step ([`crate::compile`]), a look at the pending graph
+//! kernel ([`crate::fast`]), a compiled step ([`crate::compile`](mod@crate::compile)), a look at the pending graph
 //! ([`crate::pending_primitives`]). These two functions cross over without `unsafe` and without
 //! naming the primitive types: they succeed exactly when `B` is `Mlx`.
 

@@ -22,7 +22,7 @@
 mod alloc;
 mod api;
 mod backend;
-mod compile;
+pub mod compile;
 mod device;
 /// Data-parallel training over MLX's distributed engine (ring, MPI, NCCL): groups,
 /// collectives on `Tensor<Mlx, D, K>`, bucketed gradient averaging, and a local launcher.
@@ -31,11 +31,9 @@ mod dtype;
 mod error;
 pub mod fast;
 pub(crate) mod ffi;
-pub mod fusion;
 pub mod grad;
 mod graph;
 mod interop;
-pub mod op_stream;
 mod ops;
 pub mod quant;
 mod scalar_tape;
@@ -44,13 +42,15 @@ mod trace;
 
 pub use api::{MlxElement, MlxOps, MlxTyped};
 pub use backend::{supports_grouped_kv_heads, Mlx};
-pub use compile::{compile, compile_float, Compiled, CompiledFloat};
+pub use compile::function::{compile, compile_float, Compiled, CompiledFloat};
+pub use compile::op_stream::{
+    op_stream_stats, MlxFused, MlxFusionRuntime, OpStreamStats, StepOptimization,
+};
 pub use device::MlxDevice;
 pub use error::MlxError;
 pub use ffi::{memory_stats, peak_memory, reset_peak_memory};
 pub use graph::{pending_by_kind, pending_primitives, PrimitiveKind};
 pub use interop::{from_mlx, to_mlx};
-pub use op_stream::{op_stream_stats, MlxFused, MlxFusionRuntime, OpStreamStats, StepOptimization};
 pub use tensor::{Dynamic, MlxTensor};
 
 /// The types most programs need, and the traits of the low-level API ([`MlxOps`] for the

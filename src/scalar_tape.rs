@@ -1,7 +1,7 @@
 //! A per-thread record of the scalar arrays that ops create from Burn scalars, and the means to
 //! hand ops other arrays in their place.
 //!
-//! [`crate::op_stream`] compiles a recurring block of Burn ops into one MLX function. The Burn
+//! [`crate::compile::op_stream`] compiles a recurring block of Burn ops into one MLX function. The Burn
 //! scalars in those ops (a learning rate, Adam's bias corrections) change from step to step, so
 //! they must be inputs of the compiled function rather than constants traced into it. Every op
 //! turns a Burn scalar into an MLX array through `tensor::scalar_array`, which calls

@@ -187,7 +187,7 @@ impl<E> MlxTensor<E> {
     pub fn eval(&self) -> Result<(), MlxError> {
         crate::trace::check_not_tracing("eval")?;
         let _guard = eval_lock();
-        crate::fusion::eval("eval", &[&self.array], true)?;
+        crate::compile::auto::eval("eval", &[&self.array], true)?;
         self.device.after_eval();
         Ok(())
     }
@@ -197,7 +197,7 @@ impl<E> MlxTensor<E> {
     pub fn start_eval(&self) -> Result<(), MlxError> {
         crate::trace::check_not_tracing("start_eval")?;
         let _guard = eval_lock();
-        crate::fusion::eval("start_eval", &[&self.array], false)?;
+        crate::compile::auto::eval("start_eval", &[&self.array], false)?;
         self.device.after_eval();
         Ok(())
     }
@@ -291,7 +291,7 @@ impl MlxTensor {
             .scope(|| self.array.contiguous())
             .map_err(|e| MlxError::mlx("into_data", e))?;
         let _guard = eval_lock();
-        crate::fusion::eval("into_data", &[&contiguous], true)?;
+        crate::compile::auto::eval("into_data", &[&contiguous], true)?;
         self.device.after_eval();
         let bytes = match dtype {
             Dtype::Bool => raw_bytes(contiguous.try_as_slice::<bool>()),

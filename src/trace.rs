@@ -1,5 +1,5 @@
 //! Whether this thread is inside an MLX trace (a function being compiled by
-//! [`compile`](crate::compile)), and the check that evaluations and data reads make.
+//! [`compile`](fn@crate::compile)), and the check that evaluations and data reads make.
 //!
 //! This state has its own module so that `tensor.rs` (which reads it before every evaluation)
 //! and `compile.rs` (which sets it while tracing, and uses tensors) do not import each other.

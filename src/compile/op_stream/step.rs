@@ -304,7 +304,8 @@ impl StepOptimization {
         if super::settings().launch {
             let refs: Vec<&Array> = results.iter().collect();
             let _guard = crate::tensor::eval_lock();
-            crate::fusion::eval("op stream launch", &refs, false).map_err(|e| e.to_string())?;
+            crate::compile::auto::eval("op stream launch", &refs, false)
+                .map_err(|e| e.to_string())?;
         }
         CALL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         for (id, array) in outputs.into_iter().zip(results) {

@@ -10,7 +10,7 @@
 //!
 //! These functions compile one function by hand, on any device. Graphs that Burn code builds
 //! again and again (a training step) are also compiled without asking, on the GPU: see
-//! [`crate::fusion`].
+//! [`auto`](super::auto).
 //!
 //! Rules for the compiled function, checked where they can be:
 //! - it must be a pure function of its inputs: tensors it captures are baked into the trace as
