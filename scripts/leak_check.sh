@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Leak check of burn-mlx's native layer (MLX, mlx-c, mlx-rs and our FFI) on a short training run.
 #
-# It builds the memory test binary (tests/memory.rs: the 784-512-512-10 MLP trained with
+# It builds the memory test binary (tests/process/memory.rs: the 784-512-512-10 MLP trained with
 # Autodiff<Mlx> + Adam) and runs its `training_memory_is_stable` test for $STEPS steps
 #   1. under LeakSanitizer, preloading GCC's liblsan into the ordinary (non-instrumented) binary
 #      (Debian: `apt-get install liblsan0`), and

@@ -12,7 +12,7 @@ the same workloads when written the way MLX's documentation recommends, without 
   fusion can at best approach (it compiles the graphs that Burn builds, without changing user
   code).
 
-The shapes are those of `examples/gpu_bench/models.rs` and `scripts/gpu_reference.py`'s PyTorch
+The shapes are those of `crates/burn-mlx-models` (used by `gpu_bench`) and `scripts/gpu_reference.py`'s PyTorch
 models (MLP 784-512-512-10 at batch 128; CNN of two 3x3 convolutions at batch 64; a 2-layer
 post-norm Transformer encoder, d_model 256, 8 heads, FF 1024, GELU, batch 16 x 128 with an MSE
 loss; the 29.5M-parameter pre-norm causal decoder LM, seq 256, batch 8, vocab 10,240). MLX's
