@@ -1,6 +1,6 @@
 //! The training steps of burn-mlx's `gpu_bench` (MLP, CNN, Transformer encoder, decoder LM)
 //! on burn-cuda 0.21, Burn's own CUDA backend with its fusion (`burn_cuda::Cuda` with default
-//! features), through the same model code (`examples/gpu_bench/{models,steps}.rs`).
+//! features), through the same model code (burn-mlx-models).
 //!
 //! ```text
 //! cd peers/burn-cuda
@@ -13,19 +13,12 @@
 //! (`LD_LIBRARY_PATH`). f32 matmuls on tensor cores run in TF32 (cubek-matmul stages f32
 //! operands as tf32 where the device supports it), as MLX's do by default.
 
-extern crate burn_core as burn;
-
-#[path = "../../../examples/gpu_bench/models.rs"]
-mod models;
-#[path = "../../../examples/gpu_bench/steps.rs"]
-mod steps;
-
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
+use burn_mlx_models::steps::{self, Timer, Workloads};
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
-use steps::{Timer, Workloads};
 
 /// The four training steps of `gpu_bench` on burn-cuda (median ms per step).
 #[derive(Debug, Parser)]

@@ -1,6 +1,6 @@
-//! The models `train_distributed` trains: the small MLP that `tests/distributed.rs` also checks
-//! for parity (`input → hidden → hidden → output` with ReLU), and the Transformer encoder of the
-//! GPU benchmark's Transformer step.
+//! The MLP (`input → hidden → hidden → output` with ReLU), which `train_distributed` trains and
+//! burn-mlx-distributed's tests check for parity, and the Transformer encoder of the GPU
+//! benchmark's Transformer step.
 
 use burn::module::Module;
 use burn::tensor::backend::Backend;

@@ -3,7 +3,7 @@
 //! `peers/burn-cuda` on `Autodiff<Cuda>`; both print and write the same workload names, which
 //! `scripts/gpu_reference.py` matches with its PyTorch rows.
 
-use crate::models::{labels, lm, Cnn, DecoderLm, Encoder, LmBatch, Mlp};
+use crate::{labels, lm, Cnn, DecoderLm, Encoder, LmBatch, Mlp};
 use burn::module::AutodiffModule;
 use burn_nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};

@@ -1,7 +1,13 @@
-//! The models of the training-step workloads, generic over the backend, so that the same code
-//! runs on Burn + `Mlx` (`gpu_bench`) and on burn-cuda (`peers/burn-cuda`, which includes this
-//! file). `scripts/gpu_reference.py` builds the same layers in PyTorch. The MLP and the
-//! Transformer encoder come from `examples/train_distributed/model.rs`.
+//! The models of burn-mlx's training-step benchmarks, generic over the Burn backend, so that the
+//! same code runs on Burn + `Mlx` (`gpu_bench`, `cargo bench`, `train_distributed`) and on
+//! burn-cuda (`peers/burn-cuda`): the MLP, the example CNN, the Transformer encoder and a decoder
+//! language model, plus the four training-step workloads built from them ([`steps`]).
+//! `scripts/gpu_reference.py` builds the same layers in PyTorch.
+//!
+//! This crate depends on Burn only (burn-core, burn-nn, burn-optim, burn-tensor), not on
+//! burn-mlx, so that another backend's benchmark can use it.
+
+extern crate burn_core as burn;
 
 use burn::module::Module;
 use burn_nn::attention::generate_autoregressive_mask;
@@ -15,15 +21,15 @@ use burn_nn::{
 use burn_tensor::backend::Backend;
 use burn_tensor::{Bool, Int, Tensor, TensorData};
 
-#[path = "../train_distributed/model.rs"]
-mod shared;
+mod mlp_encoder;
+pub mod steps;
 
-/// The MLP (784 → 512 → 512 → 10 in this benchmark) and the Transformer encoder (d_model 256,
-/// 8 heads, 2 post-norm layers, feed-forward 1024, GELU, no dropout; the one `cargo bench` and
-/// `train_distributed` use): shared with `examples/train_distributed`.
-pub use shared::{Encoder, Mlp};
+/// The MLP (784 → 512 → 512 → 10 in the benchmarks; `train_distributed` picks its own sizes) and
+/// the Transformer encoder (d_model 256, 8 heads, 2 post-norm layers, feed-forward 1024, GELU, no
+/// dropout) of `gpu_bench`, `cargo bench` and `train_distributed`.
+pub use mlp_encoder::{Encoder, Mlp};
 
-/// The example CNN of `examples/train/model.rs`: two 3×3 conv + ReLU + 2×2 max-pool stages, then
+/// The CNN of the `train` example (`examples/train/model.rs`, at its default sizes): two 3×3 conv + ReLU + 2×2 max-pool stages, then
 /// two linear layers.
 #[derive(Module, Debug)]
 pub struct Cnn<B: Backend> {
