@@ -2,11 +2,11 @@
 //! place of Burn's `Autodiff<Mlx>`, with the same Burn Adam, step by step and with the whole
 //! step compiled, for the comparison in benches/nvidia.md and docs/fusion.md.
 
-use crate::steps::median_secs;
-use crate::steps::InnerLoss;
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn_mlx::grad::{value_and_grad, AdamSettings, CompiledTrainer, Trainer};
 use burn_mlx::{pending_primitives, to_mlx, Mlx, MlxTensor};
+use burn_mlx_models::steps::median_secs;
+use burn_mlx_models::steps::InnerLoss;
 use burn_optim::{AdamConfig, GradientsParams};
 use burn_tensor::backend::AutodiffBackend;
 use burn_tensor::Tensor;

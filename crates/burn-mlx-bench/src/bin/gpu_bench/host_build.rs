@@ -3,10 +3,10 @@
 //! of a step that an evaluation-time pass (burn-mlx's fusion) cannot remove (docs/fusion.md,
 //! "Issue 19's table in one lease").
 
-use crate::steps::{InnerLoss, StepVisitor};
 use crate::AD;
 use burn::module::AutodiffModule;
 use burn_mlx::Mlx;
+use burn_mlx_models::steps::{InnerLoss, StepVisitor};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::Tensor;
 use std::time::{Duration, Instant};

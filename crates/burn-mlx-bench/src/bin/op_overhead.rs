@@ -1,7 +1,7 @@
 //! Per-op overhead of the Burn → mlx-rs path: a chain of 100 small elementwise ops on
 //! `Tensor<Mlx, 2>` against the same chain in raw mlx-rs, in one run.
 //!
-//! `cargo run --release --example op_overhead`
+//! `cargo run --release -p burn-mlx-bench --bin op_overhead`
 use burn_mlx::{Mlx, MlxDevice};
 use burn_tensor::{Distribution, Tensor};
 use mlx_rs::Array;

@@ -1,7 +1,7 @@
 //! Prints the f32 matmul rate (GFLOP/s) at 1024² and 2048² through raw mlx-rs, through Burn on
 //! `Mlx`, and through Burn on NdArray as the reference, in one run.
 //!
-//! `cargo run --release --example matmul_rate`
+//! `cargo run --release -p burn-mlx-bench --bin matmul_rate`
 use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::NdArray;
 use burn_tensor::{backend::Backend, Distribution, Tensor};

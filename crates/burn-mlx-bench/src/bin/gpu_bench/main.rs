@@ -2,15 +2,15 @@
 //! mlx-rs in the same process.
 //!
 //! ```text
-//! cargo run --release --features cuda --example gpu_bench            # Linux + NVIDIA
-//! cargo run --release --example gpu_bench                            # macOS (Metal)
-//! cargo run --release --example gpu_bench -- --device cpu --quick   # anywhere, as a check
+//! cargo run --release -p burn-mlx-bench --features cuda --bin gpu_bench          # Linux + NVIDIA
+//! cargo run --release -p burn-mlx-bench --bin gpu_bench                          # macOS (Metal)
+//! cargo run --release -p burn-mlx-bench --bin gpu_bench -- --device cpu --quick # anywhere, as a check
 //! ```
 //!
 //! Workloads: square matmuls in f32 and bf16 from 1024 to 8192 (Burn + `Mlx` and raw mlx-rs),
 //! an elementwise chain op by op, compiled with `burn_mlx::compile_float`, and in raw mlx-rs,
-//! and one full training step (forward, backward, Adam) of four models (`models.rs`): the MLP,
-//! the example CNN, the small Transformer encoder of `cargo bench` (`benches/backends/`) and a
+//! and one full training step (forward, backward, Adam) of four models (burn-mlx-models): the MLP,
+//! the example CNN, the small Transformer encoder of `cargo bench` (this crate's `benches/backends/`) and a
 //! 29.5M-parameter causal decoder language model (6 layers, d_model 512, seq 256, batch 8;
 //! left out by `--quick`). `--mlx-autodiff` also trains them with MLX's own autodiff
 //! (`burn_mlx::grad`), step by step and with the whole step compiled. `peers/burn-cuda` times the
@@ -22,27 +22,24 @@
 
 extern crate burn_core as burn;
 
-#[path = "../common/device_flag.rs"]
-mod device_flag;
 mod host_build;
 mod mlx_autodiff;
-mod models;
-mod steps;
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use burn_mlx::fusion::{FusionStats, DEFAULT_THRESHOLD};
+use burn_mlx::compile::auto::{FusionStats, DEFAULT_THRESHOLD};
 use burn_mlx::{compile_float, pending_primitives, Mlx, MlxDevice, MlxFused, PrimitiveKind};
+use burn_mlx_models::steps::{
+    self, median_secs, InnerLoss, StepVisitor, TimedSteps, Timer, Workloads,
+};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Distribution, Tensor};
 use clap::Parser;
-use device_flag::DeviceFlag;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use steps::{median_secs, InnerLoss, StepVisitor, TimedSteps, Timer, Workloads};
 
 type AD = Autodiff<Mlx>;
 
@@ -55,7 +52,7 @@ fn force<const D: usize, B: Backend>(t: Tensor<B, D>) {
 /// Prints, for the evaluations since `before` that ran through compiled graphs, the primitives
 /// per evaluation before and after fusion; returns the counters now.
 fn fused_counts(name: &str, before: FusionStats) -> FusionStats {
-    let now = burn_mlx::fusion::stats();
+    let now = burn_mlx::compile::auto::stats();
     let gained = now.since(&before);
     if gained.fused > 0 {
         println!(
@@ -76,14 +73,14 @@ struct FusionProbe(Option<FusionStats>);
 
 impl TimedSteps for FusionProbe {
     fn start(&mut self) {
-        self.0 = Some(burn_mlx::fusion::stats());
+        self.0 = Some(burn_mlx::compile::auto::stats());
     }
 
     fn finish(&mut self, steps: usize) {
         let Some(before) = self.0.take() else {
             return;
         };
-        let pass = burn_mlx::fusion::stats().since(&before);
+        let pass = burn_mlx::compile::auto::stats().since(&before);
         if pass.fused > 0 && steps > 0 {
             let per_step = |n: u64| n as f64 / steps as f64;
             println!(
@@ -199,8 +196,8 @@ struct Line {
 #[command(name = "gpu_bench")]
 struct Args {
     /// MLX device.
-    #[arg(long, value_enum, default_value_t = DeviceFlag::Gpu)]
-    device: DeviceFlag,
+    #[arg(long, default_value = "gpu")]
+    device: MlxDevice,
     /// Small sizes and short timings (matmuls 256 and 512, a 1M-element chain, 0.2 s per
     /// workload, no decoder LM step), as a check that everything runs.
     #[arg(long)]
@@ -345,7 +342,7 @@ impl<F: FnMut(&'static str, f64)> StepVisitor<AD> for MlxAutodiffTimer<F> {
 
 fn main() {
     let args = Args::parse();
-    let device = MlxDevice::from(args.device);
+    let device = args.device;
     if let Err(e) = device.check() {
         eprintln!("gpu_bench: {e}");
         std::process::exit(1);
@@ -485,8 +482,8 @@ fn main() {
         FusionFlag::Off => &[(0, "burn-mlx unfused")],
     };
     for &(threshold, implementation) in settings {
-        burn_mlx::fusion::set_threshold(device, threshold);
-        let mut before = burn_mlx::fusion::stats();
+        burn_mlx::compile::auto::set_threshold(device, threshold);
+        let mut before = burn_mlx::compile::auto::stats();
         let mut timer = Timer {
             warmup: if args.quick { 2 } else { steps::STEP_WARMUP },
             budget,
@@ -555,7 +552,7 @@ fn main() {
         };
         Workloads::<Autodiff<Flex>>::new(&FlexDevice).run(&only, &mut timer);
     }
-    let stats = burn_mlx::fusion::stats();
+    let stats = burn_mlx::compile::auto::stats();
     println!(
         "fusion: {} of {} evaluations ran through {} compiled graphs ({} failed to compile, \
          {} dropped as slower)",

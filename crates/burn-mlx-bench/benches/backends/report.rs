@@ -157,7 +157,7 @@ pub fn write_report(
     writeln!(md, "# Benchmarks\n").unwrap();
     writeln!(
         md,
-        "Written by `cargo bench` (the bench target `backends`, see `benches/backends/main.rs`; \
+        "Written by `cargo bench` (the bench target `backends`, see `crates/burn-mlx-bench/benches/backends/main.rs`; \
          `cargo bench -- <filter>` runs only the benchmarks whose id `workload/backend` \
          matches, and does not rewrite this file). Each \
          number is criterion's median time per run. A run ends when the result is computed: \

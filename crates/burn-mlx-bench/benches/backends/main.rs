@@ -2,9 +2,9 @@
 //! (the lower bound on Burn's overhead), workload by workload, with criterion.
 //!
 //! ```text
-//! cargo bench                              # everything; writes BENCHMARKS.md and benches/plot.svg
-//! cargo bench -- matmul_f32                # only benchmark ids (workload/backend) matching
-//! cargo bench -- 'softmax_1024/mlx$'       # a trailing `$` anchors the end
+//! cargo bench -p burn-mlx-bench                         # everything; writes BENCHMARKS.md and benches/plot.svg
+//! cargo bench -p burn-mlx-bench -- matmul_f32           # only benchmark ids (workload/backend) matching
+//! cargo bench -p burn-mlx-bench -- 'softmax_1024/mlx$'  # a trailing `$` anchors the end
 //! ```
 //!
 //! Criterion ids: group = workload, function = backend (`mlx`, `mlx-compiled`, `ndarray`, `flex`,
@@ -12,7 +12,9 @@
 //! read-back of one element of the result on the other backends. A backend whose first run of a
 //! workload panics (a dtype or op it lacks) is reported as "n/a" with the panic message.
 //!
-//! After a full run, [`report`] writes `BENCHMARKS.md` and [`plot`] draws `benches/plot.svg`.
+//! After a full run, [`report`] writes `BENCHMARKS.md` and [`plot`] draws `benches/plot.svg`, both
+//! at the workspace root. The MLP, CNN and Transformer encoder are burn-mlx-models', the same
+//! models `gpu_bench` trains.
 
 // burn-candle 0.21 is marked deprecated upstream; it is still one of the CPU peers asked for.
 #![allow(deprecated)]
@@ -27,17 +29,14 @@ use burn_autodiff::Autodiff;
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::{compile_float, Mlx, MlxDevice};
+use burn_mlx_models::{labels, Cnn, Encoder, Mlp};
 use burn_ndarray::{NdArray, NdArrayDevice};
-use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::loss::CrossEntropyLossConfig;
-use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn_nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
-use burn_nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use burn_tensor::backend::{AutodiffBackend, Backend};
 use burn_tensor::module::{conv2d, max_pool2d};
 use burn_tensor::ops::ConvOptions;
-use burn_tensor::{activation, DType, Distribution, Int, Tensor, TensorData};
+use burn_tensor::{activation, DType, Distribution, Tensor};
 use criterion::{Criterion, SamplingMode};
 use mlx_rs::Array;
 use report::{NotApplicable, RunInfo, Workload};
@@ -318,69 +317,6 @@ fn pool_job<B: Backend>(d: &B::Device) -> Job {
 
 // ---------------------------------------------------------------- training steps
 
-/// The issue's MLP: 784 → 512 → 512 → 10.
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    l1: Linear<B>,
-    l2: Linear<B>,
-    l3: Linear<B>,
-    relu: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
-        Self {
-            l1: LinearConfig::new(784, 512).init(device),
-            l2: LinearConfig::new(512, 512).init(device),
-            l3: LinearConfig::new(512, 10).init(device),
-            relu: Relu::new(),
-        }
-    }
-
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.relu.forward(self.l1.forward(x));
-        let x = self.relu.forward(self.l2.forward(x));
-        self.l3.forward(x)
-    }
-}
-
-/// The example CNN (`examples/train/model.rs`): conv3x3(1→16) → ReLU → maxpool2 → conv3x3(16→32) →
-/// ReLU → maxpool2 → linear(1568→64) → ReLU → linear(64→10).
-#[derive(Module, Debug)]
-struct Cnn<B: Backend> {
-    conv1: Conv2d<B>,
-    conv2: Conv2d<B>,
-    pool: MaxPool2d,
-    fc1: Linear<B>,
-    fc2: Linear<B>,
-    relu: Relu,
-}
-
-impl<B: Backend> Cnn<B> {
-    fn new(device: &B::Device) -> Self {
-        let conv = |cin, cout| {
-            Conv2dConfig::new([cin, cout], [3, 3])
-                .with_padding(PaddingConfig2d::Same)
-                .init(device)
-        };
-        Self {
-            conv1: conv(1, 16),
-            conv2: conv(16, 32),
-            pool: MaxPool2dConfig::new([2, 2]).init(),
-            fc1: LinearConfig::new(32 * 7 * 7, 64).init(device),
-            fc2: LinearConfig::new(64, 10).init(device),
-            relu: Relu::new(),
-        }
-    }
-
-    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
-        let x = self.pool.forward(self.relu.forward(self.conv1.forward(x)));
-        let x = self.pool.forward(self.relu.forward(self.conv2.forward(x)));
-        let x: Tensor<B, 2> = x.flatten(1, 3);
-        self.fc2.forward(self.relu.forward(self.fc1.forward(x)))
-    }
-}
-
 /// Casts every float parameter of a module to a dtype, as fresh trainable leaves.
 struct CastParams(DType);
 
@@ -411,17 +347,11 @@ where
     })
 }
 
-/// Class labels `0..10` for a batch.
-fn labels<B: Backend>(n: usize, device: &B::Device) -> Tensor<B, 1, Int> {
-    let v: Vec<i64> = (0..n).map(|i| (i * 7 % 10) as i64).collect();
-    Tensor::from_data(TensorData::new(v, [n]), device)
-}
-
 fn mlp_job<B: AutodiffBackend>(d: &B::Device, dt: DType) -> Job {
     let x = Tensor::<B, 2>::random([128, 784], Distribution::Default, d).cast(dt);
     let y = labels::<B>(128, d);
     let ce = CrossEntropyLossConfig::new().init(d);
-    let model = Mlp::<B>::new(d);
+    let model = Mlp::<B>::new(784, 512, 10, d);
     let model = if dt == DType::F32 {
         model
     } else {
@@ -440,13 +370,11 @@ fn cnn_job<B: AutodiffBackend>(d: &B::Device) -> Job {
 }
 
 fn transformer_job<B: AutodiffBackend>(d: &B::Device) -> Job {
-    let model: TransformerEncoder<B> = TransformerEncoderConfig::new(256, 1024, 8, 2)
-        .with_dropout(0.0)
-        .init(d);
+    let model = Encoder::<B>::new(d);
     let x = Tensor::<B, 3>::random([16, 128, 256], Distribution::Default, d);
     let target = Tensor::<B, 3>::random([16, 128, 256], Distribution::Default, d);
     step_job(model, move |m| {
-        let out = m.forward(TransformerEncoderInput::new(x.clone()));
+        let out = m.forward(x.clone());
         (out - target.clone()).powi_scalar(2).mean()
     })
 }
@@ -688,7 +616,8 @@ fn main() {
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "unknown".into());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // The workspace root, two levels above this crate: BENCHMARKS.md, benches/ and target/.
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let criterion_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
