@@ -299,7 +299,7 @@ pub trait MlxOps: Sized {
     }
     /// `e^x`.
     fn exp(self) -> Result<MlxTensor, MlxError> {
-        self.map("exp", crate::ffi::exp)
+        self.map("exp", crate::native::exp)
     }
     /// Natural logarithm.
     fn log(self) -> Result<MlxTensor, MlxError> {
@@ -311,7 +311,7 @@ pub trait MlxOps: Sized {
     }
     /// `tanh`.
     fn tanh(self) -> Result<MlxTensor, MlxError> {
-        self.map("tanh", crate::ffi::tanh)
+        self.map("tanh", crate::native::tanh)
     }
     /// `max(x, 0)`.
     fn relu(self) -> Result<MlxTensor, MlxError> {
@@ -321,15 +321,15 @@ pub trait MlxOps: Sized {
     }
     /// The logistic sigmoid.
     fn sigmoid(self) -> Result<MlxTensor, MlxError> {
-        self.map("sigmoid", crate::ffi::sigmoid)
+        self.map("sigmoid", crate::native::sigmoid)
     }
     /// Softmax over the last axis.
     fn softmax(self) -> Result<MlxTensor, MlxError> {
-        self.map("softmax", |a| crate::ffi::softmax(a, -1))
+        self.map("softmax", |a| crate::native::softmax(a, -1))
     }
     /// Softmax over `axis`.
     fn softmax_axis(self, axis: i32) -> Result<MlxTensor, MlxError> {
-        self.map("softmax", |a| crate::ffi::softmax(a, axis))
+        self.map("softmax", |a| crate::native::softmax(a, axis))
     }
     /// Sum of all elements (a 0-d tensor).
     fn sum(self) -> Result<MlxTensor, MlxError> {

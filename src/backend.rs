@@ -46,13 +46,13 @@ impl Backend for Mlx {
         device.check().map_err(ExecutionError::from)?;
         crate::trace::check_not_tracing("sync").map_err(ExecutionError::from)?;
         let _guard = crate::tensor::eval_lock();
-        crate::ffi::synchronize().map_err(ExecutionError::from)?;
+        crate::native::synchronize().map_err(ExecutionError::from)?;
         device.after_eval();
         Ok(())
     }
 
     fn memory_cleanup(_device: &MlxDevice) {
-        crate::ffi::clear_cache();
+        crate::native::clear_cache();
     }
 
     fn dtype_usage(device: &MlxDevice, dtype: DType) -> DTypeUsageSet {

@@ -56,7 +56,7 @@ impl MlxDevice {
     /// Whether this MLX build can run on a GPU here (checked once).
     pub fn gpu_available() -> bool {
         static AVAILABLE: OnceLock<bool> = OnceLock::new();
-        *AVAILABLE.get_or_init(|| crate::ffi::device_available(DeviceType::Gpu))
+        *AVAILABLE.get_or_init(|| crate::native::device_available(DeviceType::Gpu))
     }
 
     /// Whether this device can be used in this process.
@@ -82,9 +82,9 @@ impl MlxDevice {
         }
     }
 
-    /// The process-wide MLX stream of this device (see `ffi::thread_init`).
+    /// The process-wide MLX stream of this device (see `native::thread_init`).
     pub(crate) fn stream(&self) -> Stream {
-        crate::ffi::thread_init();
+        crate::native::thread_init();
         let device = match self {
             MlxDevice::Cpu => mlx_rs::Device::cpu(),
             MlxDevice::Gpu => mlx_rs::Device::gpu(),
@@ -94,10 +94,10 @@ impl MlxDevice {
     }
 
     /// Bookkeeping after an evaluation on this device (the GPU exit guard, see
-    /// `ffi::after_gpu_eval`).
+    /// `native::after_gpu_eval`).
     pub(crate) fn after_eval(&self) {
         if *self == MlxDevice::Gpu {
-            crate::ffi::after_gpu_eval();
+            crate::native::after_gpu_eval();
         }
     }
 
@@ -105,7 +105,7 @@ impl MlxDevice {
     ///
     /// Ops on the process-wide default device skip the thread-local switch.
     pub(crate) fn scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        crate::ffi::thread_init();
+        crate::native::thread_init();
         if *self == MlxDevice::default() {
             f()
         } else {

@@ -405,7 +405,12 @@ pub fn slice_assign_at<B: Backend, const D: usize>(
                     let last = (t[axis] - u[axis]) as i32;
                     let start = mlx_rs::ops::clip(&offset.array, (0i32, last))
                         .map_err(|e| MlxError::mlx("slice_assign_at", e))?;
-                    crate::ffi::slice_update_dynamic(&target.array, &update, &start, &[axis as i32])
+                    crate::native::slice_update_dynamic(
+                        &target.array,
+                        &update,
+                        &start,
+                        &[axis as i32],
+                    )
                 })
                 .or_panic(
                     "slice_assign_at",

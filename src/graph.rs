@@ -8,13 +8,6 @@
 
 use crate::{MlxError, MlxTensor};
 use std::collections::BTreeMap;
-use std::os::raw::{c_char, c_int, c_void};
-
-unsafe extern "C" {
-    fn open_memstream(buffer: *mut *mut c_char, size: *mut usize) -> *mut c_void;
-    fn fclose(stream: *mut c_void) -> c_int;
-    fn free(ptr: *mut c_void);
-}
 
 /// The kinds a step's primitives fall into, for a profile table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -210,42 +203,8 @@ impl PrimitiveKind {
 /// assert_eq!(counts.get("Matmul"), Some(&1));
 /// ```
 pub fn pending_primitives(outputs: &[&MlxTensor]) -> Result<BTreeMap<String, usize>, MlxError> {
-    crate::ffi::thread_init();
-    let dot = unsafe {
-        let mut buffer: *mut c_char = std::ptr::null_mut();
-        let mut size = 0usize;
-        let stream = open_memstream(&mut buffer, &mut size);
-        if stream.is_null() {
-            return Err(MlxError::Device {
-                device: "host".into(),
-                hint: "open_memstream failed: no memory for the graph text".into(),
-            });
-        }
-        let vec = mlx_sys::mlx_vector_array_new();
-        for t in outputs {
-            mlx_sys::mlx_vector_array_append_value(vec, t.array.as_ptr());
-        }
-        let namer = mlx_sys::mlx_node_namer_new();
-        let status = mlx_sys::mlx_export_to_dot(stream.cast(), namer, vec);
-        mlx_sys::mlx_node_namer_free(namer);
-        mlx_sys::mlx_vector_array_free(vec);
-        fclose(stream);
-        let text = if buffer.is_null() {
-            String::new()
-        } else {
-            let bytes = std::slice::from_raw_parts(buffer.cast::<u8>(), size);
-            let text = String::from_utf8_lossy(bytes).into_owned();
-            free(buffer.cast());
-            text
-        };
-        if status != 0 {
-            return Err(MlxError::Device {
-                device: "host".into(),
-                hint: "MLX's export_to_dot failed on these tensors".into(),
-            });
-        }
-        text
-    };
+    let arrays: Vec<_> = outputs.iter().map(|t| &t.array).collect();
+    let dot = crate::native::dot::export_dot(&arrays)?;
     Ok(count_dot(&dot))
 }
 

@@ -30,10 +30,10 @@ pub mod distributed;
 mod dtype;
 mod error;
 pub mod fast;
-pub(crate) mod ffi;
 pub mod grad;
 mod graph;
 mod interop;
+mod native;
 mod ops;
 pub mod quant;
 mod scalar_tape;
@@ -48,9 +48,9 @@ pub use compile::op_stream::{
 };
 pub use device::MlxDevice;
 pub use error::MlxError;
-pub use ffi::{memory_stats, peak_memory, reset_peak_memory};
 pub use graph::{pending_by_kind, pending_primitives, PrimitiveKind};
 pub use interop::{from_mlx, to_mlx};
+pub use native::{memory_stats, peak_memory, reset_peak_memory};
 pub use tensor::{Dynamic, MlxTensor};
 
 /// The types most programs need, and the traits of the low-level API ([`MlxOps`] for the

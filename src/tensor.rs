@@ -92,8 +92,8 @@ pub(crate) struct QuantParams {
     pub per_element: bool,
 }
 
-// SAFETY (Sync): an `MlxTensor`, whatever its element-type marker `E` (a `PhantomData<fn() -> E>`
-// that holds no value and is itself `Send + Sync`), owns a reference-counted handle to an immutable
+// SAFETY: `Sync` holds because an `MlxTensor`, whatever its element-type marker `E` (a
+// `PhantomData<fn() -> E>` that holds no value and is itself `Send + Sync`), owns a reference-counted handle to an immutable
 // MLX array node (mlx-rs already declares `Array: Send`). Shared access only reads the node's shape
 // and dtype, which never change, or clones the handle (an atomic reference count), or builds new
 // graph nodes that point at it. The one mutation MLX performs on a node is evaluation, which fills
@@ -110,7 +110,7 @@ unsafe impl Sync for QuantParams {}
 static EVAL_LOCK: Mutex<()> = Mutex::new(());
 
 pub(crate) fn eval_lock() -> MutexGuard<'static, ()> {
-    crate::ffi::thread_init();
+    crate::native::thread_init();
     EVAL_LOCK
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -284,7 +284,7 @@ impl MlxTensor {
         if self.array.size() == 0 {
             return Ok(TensorData::from_bytes_vec(Vec::new(), dims, burn_dtype));
         }
-        crate::ffi::thread_init();
+        crate::native::thread_init();
         check_alloc(&self.array, self.device, "into_data")?;
         let contiguous = self
             .device

@@ -36,6 +36,7 @@
 //! devices, compiling a structure at its `n`-th sighting); or call [`set_threshold`] at run
 //! time. [`stats`] says what the pass did.
 
+use crate::native::fusion as native;
 use crate::{MlxDevice, MlxError};
 use mlx_rs::Array;
 use std::sync::Once;
@@ -93,9 +94,7 @@ impl FusionStats {
 
 /// The pass's counters so far.
 pub fn stats() -> FusionStats {
-    let mut out = [0u64; 10];
-    // SAFETY: the function writes exactly 10 counters.
-    unsafe { mlx_sys::burn_mlx_fusion_stats(out.as_mut_ptr()) };
+    let out = native::counters();
     FusionStats {
         evaluations: out[0],
         fused: out[1],
@@ -114,26 +113,18 @@ pub fn stats() -> FusionStats {
 /// pass off there (plain MLX evaluation). Overrides `BURN_MLX_FUSION`.
 pub fn set_threshold(device: MlxDevice, n: u32) {
     configure();
-    store_threshold(device == MlxDevice::Gpu, n);
-}
-
-/// Hands a threshold to the native pass (which keeps it as a C `int`).
-fn store_threshold(gpu: bool, n: u32) {
-    // SAFETY: plain store of a setting.
-    unsafe { mlx_sys::burn_mlx_fusion_set_threshold(gpu, n.min(i32::MAX as u32) as i32) };
+    native::set_threshold(device == MlxDevice::Gpu, n);
 }
 
 /// The sightings after which a structure on `device` is compiled (`0`: the pass is off there).
 pub fn threshold(device: MlxDevice) -> u32 {
     configure();
-    // SAFETY: plain load of a setting.
-    unsafe { mlx_sys::burn_mlx_fusion_threshold(device == MlxDevice::Gpu) }.max(0) as u32
+    native::threshold(device == MlxDevice::Gpu)
 }
 
 /// Forgets every recorded structure and compiled function (their memory is released).
 pub fn clear() {
-    // SAFETY: takes the pass's own lock.
-    unsafe { mlx_sys::burn_mlx_fusion_clear() };
+    native::clear();
 }
 
 /// The thresholds (GPU, CPU) a `BURN_MLX_FUSION` value asks for.
@@ -161,8 +152,8 @@ fn configure() {
         };
         match parse_threshold(&value) {
             Ok((gpu, cpu)) => {
-                store_threshold(true, gpu);
-                store_threshold(false, cpu);
+                native::set_threshold(true, gpu);
+                native::set_threshold(false, cpu);
             }
             Err(message) => eprintln!("burn-mlx: {message}; keeping the default"),
         }
@@ -173,25 +164,7 @@ fn configure() {
 /// (MLX's `async_eval`). Callers hold burn-mlx's evaluation lock.
 pub(crate) fn eval(op: &str, arrays: &[&Array], wait: bool) -> Result<(), MlxError> {
     configure();
-    let handles: Vec<mlx_sys::mlx_array> = arrays.iter().map(|a| a.as_ptr()).collect();
-    let mut err = [0 as std::os::raw::c_char; 1024];
-    // SAFETY: the handles are live for the call (borrowed from `arrays`); `err` is a writable
-    // buffer of the given length, NUL-terminated by the callee on error.
-    let rc = unsafe {
-        mlx_sys::burn_mlx_eval(
-            handles.as_ptr(),
-            handles.len(),
-            wait,
-            err.as_mut_ptr(),
-            err.len(),
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    // SAFETY: on failure the callee wrote a NUL-terminated message into `err`.
-    let message = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) };
-    Err(MlxError::mlx(op, message.to_string_lossy()))
+    native::eval(op, arrays, wait)
 }
 
 #[cfg(test)]

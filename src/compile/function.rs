@@ -73,7 +73,7 @@ pub fn compile<F>(mut f: F, shapeless: bool) -> Compiled
 where
     F: FnMut(&[MlxTensor]) -> Result<Vec<MlxTensor>, MlxError> + 'static,
 {
-    crate::ffi::thread_init();
+    crate::native::thread_init();
     let device = Rc::new(Cell::new(MlxDevice::default()));
     let failure: Rc<RefCell<Option<MlxError>>> = Rc::new(RefCell::new(None));
     let (dev, fail) = (device.clone(), failure.clone());

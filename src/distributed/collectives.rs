@@ -11,8 +11,8 @@
 //! all_sum adds in the tensor's own dtype (integers wrap around on overflow; bool gives the
 //! logical OR); all_gather, broadcast and send/recv copy the bits exactly.
 
-use super::raw::{self, RawGroup};
 use super::{DistributedError, Group};
+use crate::native::distributed::{self as raw, RawGroup};
 use crate::{Mlx, MlxDevice, MlxTensor};
 use burn_tensor::{BasicOps, Bool, DType, Float, Int, Tensor, TensorPrimitive};
 use mlx_rs::{Array, Dtype, Stream};

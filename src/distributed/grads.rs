@@ -15,8 +15,8 @@
 //! lines) and shows its use in a hand-written loop and in burn-train's `TrainStep`.
 
 use super::collectives::{bits_dtype, describe, shape_text, OpCode};
-use super::raw;
 use super::{DistributedError, Group};
+use crate::native::distributed as raw;
 use crate::MlxTensor;
 use mlx_rs::{Array, Dtype};
 
@@ -297,7 +297,7 @@ impl GradientAllReduce {
                         flat.reshape(&shape).map_err(mlx)
                     } else {
                         let end = (offset + n) as i32;
-                        crate::ffi::slice(&flat, &[offset as i32], &[end], &[1])
+                        crate::native::slice(&flat, &[offset as i32], &[end], &[1])
                             .map_err(|e| group.failed(op, &shapes, e.to_string()))?
                             .reshape(&shape)
                             .map_err(mlx)

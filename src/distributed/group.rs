@@ -31,8 +31,8 @@
 //! connect, and MLX would wait forever for a rank that was never started.
 
 use super::hostfile::Hostfile;
-use super::raw::{self, RawGroup};
 use super::DistributedError;
+use crate::native::distributed::{self as raw, RawGroup};
 use crate::MlxDevice;
 use mlx_rs::Array;
 use std::net::SocketAddrV4;

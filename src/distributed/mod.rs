@@ -43,7 +43,6 @@ mod grads;
 mod group;
 mod hostfile;
 pub mod launch;
-mod raw;
 
 pub use collectives::{CollectiveKind, CollectiveTensor};
 pub use error::DistributedError;

@@ -1,7 +1,7 @@
 //! Burn's `ActivationOps` on MLX: native kernels where MLX has them.
 
 use super::base::{binary, unary};
-use crate::ffi;
+use crate::native;
 use crate::tensor::scalar_array;
 use crate::Mlx;
 use burn_backend::ops::ActivationOps;
@@ -28,7 +28,7 @@ impl ActivationOps<Self> for Mlx {
             let c = Array::from_f32(std::f32::consts::FRAC_1_SQRT_2).as_dtype(dtype)?;
             let half = Array::from_f32(0.5).as_dtype(dtype)?;
             let one = Array::from_f32(1.0).as_dtype(dtype)?;
-            let e = ffi::erf(&x.multiply(&c)?)?;
+            let e = native::erf(&x.multiply(&c)?)?;
             x.multiply(&e.add(&one)?)?.multiply(&half)
         })
     }
@@ -45,14 +45,14 @@ impl ActivationOps<Self> for Mlx {
             let x2 = x.square()?;
             let u = x.multiply(&x2.multiply(c(0.035_677_4))?.add(c(0.797_885))?)?;
             let v = x.multiply(&x2.multiply(c(0.053_516_1))?.add(c(0.398_942))?)?;
-            let t = ffi::tanh(&u)?;
+            let t = native::tanh(&u)?;
             let right = v.multiply(&one.subtract(&t)?)?.add(&half)?;
             one.add(&t)?.multiply(&right)?.multiply(g)
         })
     }
 
     fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        unary(tensor, "sigmoid", ffi::sigmoid)
+        unary(tensor, "sigmoid", native::sigmoid)
     }
 
     fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -76,7 +76,7 @@ impl ActivationOps<Self> for Mlx {
             return tensor;
         }
         // `precise`: half-precision inputs accumulate in f32.
-        unary(tensor, "softmax", |a| ffi::softmax(a, dim as i32))
+        unary(tensor, "softmax", |a| native::softmax(a, dim as i32))
     }
 
     fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
@@ -89,10 +89,10 @@ impl ActivationOps<Self> for Mlx {
             let dtype = a.dtype();
             if matches!(dtype, Dtype::Float16 | Dtype::Bfloat16) {
                 let x = a.as_dtype(Dtype::Float32)?;
-                x.subtract(&ffi::logsumexp(&x, dim as i32, true)?)?
+                x.subtract(&native::logsumexp(&x, dim as i32, true)?)?
                     .as_dtype(dtype)
             } else {
-                a.subtract(&ffi::logsumexp(a, dim as i32, true)?)
+                a.subtract(&native::logsumexp(a, dim as i32, true)?)
             }
         })
     }

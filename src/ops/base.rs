@@ -4,7 +4,7 @@
 //! impls in `float.rs`, `int.rs` and `bool_tensor.rs` forward to them with their dtype rules.
 
 use crate::dtype::{is_float, is_unsigned};
-use crate::ffi;
+use crate::native;
 use crate::tensor::{scalar_array, to_i32_shape, OrPanic};
 use crate::{MlxDevice, MlxTensor};
 use burn_backend::{Distribution, Scalar, Shape, Slice};
@@ -178,7 +178,7 @@ pub(crate) fn flip(t: MlxTensor, axes: &[usize]) -> MlxTensor {
         .collect();
     let out = t
         .device
-        .scope(|| ffi::slice(&t.array, &start, &stop, &strides))
+        .scope(|| native::slice(&t.array, &start, &stop, &strides))
         .or_panic("flip", &[&t.array]);
     t.with(out)
 }
@@ -236,7 +236,7 @@ pub(crate) fn slice(t: MlxTensor, slices: &[Slice]) -> MlxTensor {
     let args = slice_args(&t.dims(), slices);
     let out = t
         .device
-        .scope(|| ffi::slice(&t.array, &args.start, &args.stop, &args.strides))
+        .scope(|| native::slice(&t.array, &args.start, &args.stop, &args.strides))
         .or_panic("slice", &[&t.array]);
     flip(t.with(out), &args.reversed)
 }
@@ -248,7 +248,7 @@ pub(crate) fn slice_assign(t: MlxTensor, slices: &[Slice], value: MlxTensor) -> 
     let out = t
         .device
         .scope(|| {
-            ffi::slice_update(
+            native::slice_update(
                 &t.array,
                 &value.array,
                 &args.start,
@@ -326,7 +326,7 @@ pub(crate) fn scatter_add(
             let n = t.array.shape()[dim];
             let value = drop_out_of_range(&value.array, &indices.array, n)?;
             let idx = clamp_indices(&indices.array, n)?;
-            ffi::scatter_add_axis(&t.array, &idx, &value, dim as i32)
+            native::scatter_add_axis(&t.array, &idx, &value, dim as i32)
                 .map_err(|e| Exception::custom(e.to_string()))
         })
         .or_panic("scatter_add", &[&t.array, &indices.array, &value.array]);
@@ -364,7 +364,7 @@ pub(crate) fn select_add(
             let n = t.array.shape()[dim];
             let value = drop_out_of_range(&value.array, &idx, n)?;
             let idx = clamp_indices(&idx, n)?;
-            ffi::scatter_add_axis(&t.array, &idx, &value, dim as i32)
+            native::scatter_add_axis(&t.array, &idx, &value, dim as i32)
                 .map_err(|e| Exception::custom(e.to_string()))
         })
         .or_panic("select_add", &[&t.array, &indices.array, &value.array]);
@@ -695,13 +695,14 @@ fn total_order_key(a: &Array) -> MlxResult {
     let bits = a.contiguous()?.view_dtype(int)?;
     let max = max.as_dtype(int)?;
     let zero = Array::from_int(0).as_dtype(int)?;
-    let flipped = ffi::bitwise_xor(&bits, &max).map_err(|e| Exception::custom(e.to_string()))?;
+    let flipped = native::bitwise_xor(&bits, &max).map_err(|e| Exception::custom(e.to_string()))?;
     ops::select(&bits.lt(&zero)?, &flipped, &bits)
 }
 
 /// A sort key whose ascending order is `a`'s descending order.
 fn descending_key(a: &Array) -> MlxResult {
-    let invert = |k: &Array| ffi::bitwise_invert(k).map_err(|e| Exception::custom(e.to_string()));
+    let invert =
+        |k: &Array| native::bitwise_invert(k).map_err(|e| Exception::custom(e.to_string()));
     match a.dtype() {
         Dtype::Bool => ops::logical_not(a),
         d if is_float(d) => invert(&total_order_key(a)?),
@@ -894,7 +895,7 @@ pub(crate) fn seed(seed: u64) {
 
 /// The next random key (a lazy MLX key array).
 fn next_key() -> Array {
-    ffi::thread_init();
+    native::thread_init();
     let mut state = RNG.lock().unwrap_or_else(|p| p.into_inner());
     let (seed, counter) = state.get_or_insert_with(|| {
         let now = std::time::SystemTime::now()

@@ -121,7 +121,7 @@ fn conv_im2col(
         let strides: Vec<i32> = (0..n)
             .map(|i| if (1..=spatial).contains(&i) { -1 } else { 1 })
             .collect();
-        crate::ffi::slice(w, &start, &stop, &strides)?
+        crate::native::slice(w, &start, &stop, &strides)?
     } else {
         w.clone()
     };
@@ -210,7 +210,7 @@ pub(crate) fn slice_axis(a: &Array, axis: usize, start: i32, stop: i32) -> Res {
     lo[axis] = start;
     hi[axis] = stop;
     let strides = vec![1; shape.len()];
-    Ok(crate::ffi::slice(a, &lo, &hi, &strides)?)
+    Ok(crate::native::slice(a, &lo, &hi, &strides)?)
 }
 
 /// A convolution with any number of spatial dimensions (1, 2 or 3).
@@ -318,7 +318,7 @@ pub(super) fn conv_transpose<const N: usize>(
                 lo[i + 1] = crop[i];
                 hi[i + 1] = shape[i + 1] - (-pad[i]).max(0);
             }
-            crate::ffi::slice(&out, &lo, &hi, &vec![1; shape.len()])?
+            crate::native::slice(&out, &lo, &hi, &vec![1; shape.len()])?
         } else {
             out
         };
@@ -352,7 +352,7 @@ fn crop_kernel(out: &Array, kernel: &[i32]) -> Res {
     let mut hi = shape.clone();
     hi[1..=kernel.len()].copy_from_slice(kernel);
     let lo = vec![0; shape.len()];
-    Ok(crate::ffi::slice(out, &lo, &hi, &vec![1; shape.len()])?)
+    Ok(crate::native::slice(out, &lo, &hi, &vec![1; shape.len()])?)
 }
 
 /// The gradient of a convolution with respect to its weight, as one (grouped) convolution of

@@ -30,7 +30,7 @@
 
 use super::common::{accumulation_dtype, run, Failure, Res};
 use crate::ops::base::cast_array;
-use crate::{ffi, MlxTensor};
+use crate::{native, MlxTensor};
 use mlx_rs::{ops, Array, Dtype};
 
 /// Casts `a` to `dtype` (no copy when it already has it).
@@ -160,7 +160,7 @@ fn lattice(
         ops::concatenate(
             &[
                 ops::broadcast_to(&blank_a, &[n, 2])?,
-                ffi::slice(&ext, &[0, 0], &[n, l - 2], &[1, 1])?,
+                native::slice(&ext, &[0, 0], &[n, l - 2], &[1, 1])?,
             ],
             1,
         )?
@@ -207,9 +207,9 @@ impl Lattice {
             return Ok(fill);
         }
         Ok(if up {
-            ops::concatenate(&[fill, ffi::slice(a, &[0, 0], &[n, l - k], &[1, 1])?], 1)?
+            ops::concatenate(&[fill, native::slice(a, &[0, 0], &[n, l - k], &[1, 1])?], 1)?
         } else {
-            ops::concatenate(&[ffi::slice(a, &[0, k], &[n, l], &[1, 1])?, fill], 1)?
+            ops::concatenate(&[native::slice(a, &[0, k], &[n, l], &[1, 1])?, fill], 1)?
         })
     }
 
@@ -272,7 +272,7 @@ impl Lattice {
         let skip_down = if self.l > 2 {
             ops::concatenate(
                 &[
-                    ffi::slice(&self.skip, &[0, 2], &[self.n, self.l], &[1, 1])?,
+                    native::slice(&self.skip, &[0, 2], &[self.n, self.l], &[1, 1])?,
                     ops::zeros_dtype(&[self.n, 2], Dtype::Bool)?,
                 ],
                 1,
@@ -379,7 +379,7 @@ pub(super) fn ctc_loss_backward(
 
         let g = to_dtype(&grad_loss.array, cdt)?.reshape(&[1, n, 1])?;
         let idx = ops::broadcast_to(lat.ext.reshape(&[1, n, l])?, &[t, n, l])?;
-        let per_class = ffi::scatter_add_axis(&ops::zeros_like(&lp)?, &idx, &post, 2)?;
+        let per_class = native::scatter_add_axis(&ops::zeros_like(&lp)?, &idx, &post, 2)?;
         let grad = lp.exp()?.subtract(&per_class)?.multiply(&g)?;
 
         // Zero past each sample's input length and for samples with an infinite loss.

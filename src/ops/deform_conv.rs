@@ -307,7 +307,7 @@ pub(super) fn backward(
         let upd = ops::concatenate(&upd, 3)?;
         let acc = ops::zeros_dtype(&[d.n, d.og, d.cg(), d.h * d.w], x.array.dtype())?;
         let gx =
-            crate::ffi::scatter_add_axis(&acc, &idx, &upd, 3)?.reshape(&[d.n, d.c, d.h, d.w])?;
+            crate::native::scatter_add_axis(&acc, &idx, &upd, 3)?.reshape(&[d.n, d.c, d.h, d.w])?;
 
         // Offsets: derivative of the bilinear weights along y and x.
         let [v00, v01, v10, v11] = [&s.value[0], &s.value[1], &s.value[2], &s.value[3]];

@@ -2,7 +2,7 @@
 
 use super::base::{self, binary, cast, unary, with_scalar};
 use crate::dtype::{float_mlx, int_mlx};
-use crate::ffi;
+use crate::native;
 use crate::tensor::{scalar_array, scalar_f64};
 use crate::{Mlx, MlxDevice, MlxTensor};
 use burn_backend::ops::FloatTensorOps;
@@ -352,7 +352,7 @@ impl FloatTensorOps<Self> for Mlx {
     }
 
     unary_float! {
-        float_exp => ffi::exp;
+        float_exp => native::exp;
         float_log => |a| a.log();
         float_log1p => |a| a.log1p();
         float_sqrt => |a| a.sqrt();
@@ -362,7 +362,7 @@ impl FloatTensorOps<Self> for Mlx {
         float_tan => |a| ops::tan(a);
         float_cosh => |a| ops::cosh(a);
         float_sinh => |a| ops::sinh(a);
-        float_tanh => ffi::tanh;
+        float_tanh => native::tanh;
         float_acos => |a| ops::acos(a);
         float_acosh => |a| ops::acosh(a);
         float_asin => |a| ops::asin(a);
@@ -376,7 +376,7 @@ impl FloatTensorOps<Self> for Mlx {
             let zero = Array::from_f32(0.0).as_dtype(a.dtype())?;
             ops::select(&a.lt(&zero)?, &ops::ceil(a)?, &a.floor()?)
         };
-        float_erf => ffi::erf;
+        float_erf => native::erf;
         // Burn's sign is 0 for ±0, else ±1 by the sign bit: a (positive) NaN gives 1, not NaN.
         float_sign => |a| {
             let one = Array::from_f32(1.0).as_dtype(a.dtype())?;

@@ -2,7 +2,7 @@
 
 use super::base::{self, binary, cast, cast_array, unary, with_scalar};
 use crate::dtype::{float_mlx, int_mlx};
-use crate::ffi;
+use crate::native;
 use crate::tensor::scalar_array;
 use crate::{Mlx, MlxDevice, MlxTensor};
 use burn_backend::ops::IntTensorOps;
@@ -21,7 +21,7 @@ fn index_dtype(device: &MlxDevice) -> mlx_rs::Dtype {
     int_mlx(burn_backend::get_device_settings::<Mlx>(device).int_dtype)
 }
 
-/// Maps an `ffi` error into mlx-rs's error type inside op closures.
+/// Maps a [`native`](crate::native) error into mlx-rs's error type inside op closures.
 fn ffi_err(e: crate::MlxError) -> Exception {
     Exception::custom(e.to_string())
 }
@@ -305,16 +305,16 @@ impl IntTensorOps<Self> for Mlx {
     }
 
     bitwise! {
-        bitwise_and, bitwise_and_scalar => ffi::bitwise_and;
-        bitwise_or, bitwise_or_scalar => ffi::bitwise_or;
-        bitwise_xor, bitwise_xor_scalar => ffi::bitwise_xor;
-        bitwise_left_shift, bitwise_left_shift_scalar => ffi::left_shift;
-        bitwise_right_shift, bitwise_right_shift_scalar => ffi::right_shift;
+        bitwise_and, bitwise_and_scalar => native::bitwise_and;
+        bitwise_or, bitwise_or_scalar => native::bitwise_or;
+        bitwise_xor, bitwise_xor_scalar => native::bitwise_xor;
+        bitwise_left_shift, bitwise_left_shift_scalar => native::left_shift;
+        bitwise_right_shift, bitwise_right_shift_scalar => native::right_shift;
     }
 
     fn bitwise_not(tensor: IntTensor<Self>) -> IntTensor<Self> {
         unary(tensor, "bitwise_not", |a| {
-            ffi::bitwise_invert(a).map_err(ffi_err)
+            native::bitwise_invert(a).map_err(ffi_err)
         })
     }
 

@@ -156,7 +156,7 @@ fn shifted_reduce(
             let (h0, w0) = ((i * dilation[0]) as i32, (j * dilation[1]) as i32);
             let h1 = h0 + ((g.out[0].max(1) - 1) * stride[0]) as i32 + 1;
             let w1 = w0 + ((g.out[1].max(1) - 1) * stride[1]) as i32 + 1;
-            let view = crate::ffi::slice(
+            let view = crate::native::slice(
                 xp,
                 &[0, 0, h0, w0],
                 &[s[0], s[1], h1, w1],
@@ -241,7 +241,7 @@ pub(super) fn max_pool2d_backward(x: MlxTensor, grad: MlxTensor, indices: MlxTen
             let idx = indices.array.reshape(&flat)?;
             let vals = grad.array.reshape(&flat)?;
             let acc = ops::zeros_dtype(&[n as i32, c as i32, (h * w) as i32], grad.array.dtype())?;
-            let out = crate::ffi::scatter_add_axis(&acc, &idx, &vals, 2)?;
+            let out = crate::native::scatter_add_axis(&acc, &idx, &vals, 2)?;
             Ok(out.reshape(&ints(&[n, c, h, w]))?)
         },
     )
@@ -383,11 +383,11 @@ pub(super) fn avg_pool2d_backward(
         }
         let idx = ops::broadcast_to(int_const(&idx, &[1, 1, len as i32]), &ints(&[n, c, len]))?;
         let acc = ops::zeros_dtype(&ints(&[n, c, g.padded[0] * wp]), dtype)?;
-        let acc = crate::ffi::scatter_add_axis(&acc, &idx, &vals, 2)?;
+        let acc = crate::native::scatter_add_axis(&acc, &idx, &vals, 2)?;
         let acc = acc.reshape(&ints(&[n, c, g.padded[0], wp]))?;
         let lo = [0, 0, padding[0] as i32, padding[1] as i32];
         let hi = ints(&[n, c, padding[0] + h, padding[1] + w]);
-        Ok(crate::ffi::slice(&acc, &lo, &hi, &[1, 1, 1, 1])?.as_dtype(out_dtype)?)
+        Ok(crate::native::slice(&acc, &lo, &hi, &[1, 1, 1, 1])?.as_dtype(out_dtype)?)
     })
 }
 

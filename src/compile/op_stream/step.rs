@@ -458,7 +458,7 @@ impl Drop for JobGuard {
 
 /// A new compiled function whose trace runs the current job's ops on its inputs.
 fn compiled_block() -> ArrayFn {
-    crate::ffi::thread_init();
+    crate::native::thread_init();
     let traced = |arrays: &[Array]| -> Result<Vec<Array>, Exception> {
         let ptr = JOB.with(Cell::get);
         if ptr.is_null() {

@@ -1,6 +1,23 @@
-//! The mlx-c calls that mlx-rs 0.33 does not wrap, with mlx-rs's conventions.
+//! Every raw call into MLX's C layer: the mlx-c functions that mlx-rs 0.33 does not wrap and
+//! burn-mlx's own native entries (`mlx-sys/*.cpp`), each behind a safe function with mlx-rs's
+//! conventions.
 //!
-//! Every raw `mlx_sys` call of the crate lives here; the op files use these safe functions.
+//! No file outside this module names `mlx_sys`; the rest of the crate uses the safe functions
+//! here or mlx-rs itself. This file holds the array ops, the process set-up (error handler,
+//! exit guard, shared streams) and the memory counters; the submodules hold the calls of one
+//! feature each:
+//!
+//! - [`fusion`]: the evaluation entry that runs graphs through the automatic compile pass
+//!   ([`crate::compile::auto`]), and that pass's settings and counters;
+//! - [`dot`]: MLX's DOT export of a pending graph (for [`crate::pending_primitives`]);
+//! - [`distributed`]: mlx-c's distributed groups and collectives (for [`crate::distributed`]).
+//!
+//! Every `unsafe` block says in a `// SAFETY:` comment why the call is sound: which handles are
+//! live for the call, who owns what it returns, which buffers it may write.
+
+pub(crate) mod distributed;
+pub(crate) mod dot;
+pub(crate) mod fusion;
 
 use crate::MlxError;
 use mlx_rs::{Array, DeviceType, Stream};

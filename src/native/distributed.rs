@@ -1,5 +1,5 @@
 //! Safe wrappers over mlx-c's distributed API (`mlx/c/distributed.h`,
-//! `mlx/c/distributed_group.h`), with the conventions of `crate::ffi`: every raw `mlx_sys` call
+//! `mlx/c/distributed_group.h`), with the conventions of [`crate::native`]: every raw `mlx_sys` call
 //! of the distributed module lives here.
 //!
 //! MLX reports a failed call through its error handler, a process-wide callback that mlx-rs
@@ -43,7 +43,7 @@ extern "C" fn chained_error_handler(msg: *const c_char, data: *mut c_void) {
 pub(crate) fn capture_errors() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
-        crate::ffi::init();
+        super::init();
         // SAFETY: the handler is a plain function valid for the life of the process; it needs
         // no data and no destructor.
         unsafe {
