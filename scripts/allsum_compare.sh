@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # all_sum bandwidth between local ranks over MLX's ring backend (loopback): burn-mlx
 # (`train_distributed --bench`) against MLX Python's `mx.distributed.all_sum`
-# (`examples/train_distributed/allsum_bench.py`, started by the same launcher), same MLX wheel,
+# (`crates/burn-mlx-distributed/src/bin/train_distributed/allsum_bench.py`, started by the same launcher), same MLX wheel,
 # same run. The two runners alternate (Burn first in odd rounds, Python first in even ones) so
 # that a shared machine's load falls on both; the table gives, per size, the median over the
 # rounds of each run's median call time, the ratio Burn / Python of the bandwidths, and the

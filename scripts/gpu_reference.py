@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Reference timings for `examples/gpu_bench.rs`, on the same GPU and in the same way.
+"""Reference timings for `gpu_bench` (crates/burn-mlx-bench), on the same GPU and in the same way.
 
 - Matmuls (f32 and bf16, square, the sizes gpu_bench used) through MLX's own Python API: the
   lower bound for Burn + Mlx, since both end in the same MLX kernels.
 - The MLP, CNN, Transformer and decoder-LM training steps (forward, backward, Adam, loss read
   back) in PyTorch eager mode and with `torch.compile`, with the same layer shapes as the Burn
-  models (`examples/gpu_bench/models.rs`).
+  models (`crates/burn-mlx-models`).
 
 Usage (needs `mlx` with `mlx-cuda-13` 0.32.2, and torch with CUDA, in the same Python):
 

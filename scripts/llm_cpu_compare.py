@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-# The shapes of examples/llm/config.rs's presets (all Qwen3: q/k norm, tied embeddings).
+# The shapes of the presets in crates/burn-mlx-llm/src/config.rs (all Qwen3: q/k norm, tied embeddings).
 PRESETS = {
     "small": dict(hidden=512, layers=8, heads=8, kv_heads=4, head_dim=64, inter=1536, vocab=32000),
     "qwen3-0.6b": dict(

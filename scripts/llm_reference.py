@@ -22,7 +22,8 @@ For each model it writes, under ``OUT/<name>/``:
   above 1e-2 (so that float rounding cannot flip a greedy choice) and the 20 tokens hold at least
   8 distinct ids (so that a broken KV cache cannot hide behind a repeated token).
 
-The Rust side is ``tests/llm.rs`` (fixtures in ``tests/data/llm/``).
+The Rust side is ``crates/burn-mlx-llm/tests/llm.rs`` (fixtures in
+``crates/burn-mlx-llm/tests/data/``).
 
 Regenerate (transformers and torch are in /opt/torch/.venv on the device machine; CPU only):
     CUDA_VISIBLE_DEVICES= /opt/torch/.venv/bin/python scripts/llm_reference.py --out tests/data/llm

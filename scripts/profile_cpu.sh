@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where Burn + Mlx spends its time on this CPU: runs workloads of the benchmark suite
-# (benches/backends/) under `perf` and writes benches/cpu_profile.md (share of CPU samples per
-# library and per function), which the benchmark report (`cargo bench`) appends to BENCHMARKS.md.
+# (crates/burn-mlx-bench/benches/backends/) under `perf` and writes benches/cpu_profile.md (share of CPU samples per
+# library and per function), which `python3 scripts/benchmarks_md.py` puts into BENCHMARKS.md.
 #
 #   scripts/profile_cpu.sh                      # the default workloads below
 #   scripts/profile_cpu.sh softmax_1024/mlx     # chosen criterion ids (workload/backend)
