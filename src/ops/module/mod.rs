@@ -7,27 +7,18 @@
 //! Interpolation and adaptive pooling are separable linear maps, applied as two matmuls with
 //! per-axis matrices (their backward passes are the transposed matmuls).
 //!
-//! The op families live in sibling files: `linear.rs`, `conv.rs`, `pool.rs`, `interpolate.rs`,
-//! `attention.rs`, `fft.rs`, `deform_conv.rs` and `ctc.rs` (CTC loss and its gradient, computed
-//! in f32 for half-precision inputs).
+//! The op families live in the submodules `linear`, `conv`, `pool`, `interpolate`, `attention`,
+//! `fft`, `deform_conv` and `ctc` (CTC loss and its gradient, computed in f32 for
+//! half-precision inputs); `common` holds the checks and conversions they share.
 
-#[path = "attention.rs"]
 mod attention;
-#[path = "module_common.rs"]
 mod common;
-#[path = "conv.rs"]
 mod conv;
-#[path = "ctc.rs"]
 mod ctc;
-#[path = "deform_conv.rs"]
 mod deform_conv;
-#[path = "fft.rs"]
 mod fft;
-#[path = "interpolate.rs"]
 mod interpolate;
-#[path = "linear.rs"]
 mod linear;
-#[path = "pool.rs"]
 mod pool;
 
 use crate::{Mlx, MlxTensor};

@@ -1,8 +1,8 @@
-//! Helpers shared by the module op files (`conv.rs`, `pool.rs`, `interpolate.rs`,
-//! `attention.rs`, `fft.rs`, `deform_conv.rs`): the error type that becomes a panic at the op
-//! boundary, running on a tensor's device, constants and channel moves.
+//! Helpers shared by the module op families (`conv`, `pool`, `interpolate`, `attention`, `fft`,
+//! `deform_conv`, `ctc`, `linear`): the error type that becomes a panic at the op boundary,
+//! running on a tensor's device, constants and channel moves.
 //!
-//! They live apart from `module.rs` so that the op files and the `ModuleOps` impl that calls them
+//! They live apart from `mod.rs` so that the op files and the `ModuleOps` impl that calls them
 //! do not import each other.
 
 use crate::tensor::OrPanic;
