@@ -13,7 +13,7 @@ reference BLAS. It is started with `LD_PRELOAD` of burn-mlx's BLAS forwarding li
 see mlx-sys/blas.rs), so both runners multiply through the same BLAS and the comparison measures
 the runners.
 
-Usage (after `cargo build --release --example llm`):
+Usage (after `cargo build --release -p burn-mlx-llm --bin llm`):
     python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.2" "mlx-lm==0.32.2"
     /tmp/mlxpy/bin/python scripts/llm_cpu_compare.py --preset small --dtype f32 --rounds 3
 """
@@ -92,7 +92,7 @@ def blas_forwarder() -> str:
     if not found:
         sys.exit(
             f"no libburn_mlx_blas.so under {cache}: build burn-mlx first "
-            "(cargo build --release --example llm), without BURN_MLX_BLAS=reference"
+            "(cargo build --release -p burn-mlx-llm --bin llm), without BURN_MLX_BLAS=reference"
         )
     return found[-1]
 
@@ -110,7 +110,7 @@ def run_peer(args) -> dict:
 def run_burn(args, backend: str) -> dict:
     exe = Path(args.llm)
     if not exe.exists():
-        sys.exit(f"{exe} is missing: run `cargo build --release --example llm` first")
+        sys.exit(f"{exe} is missing: run `cargo build --release -p burn-mlx-llm --bin llm` first")
     cmd = [str(exe), "--bench", "--preset", args.preset, "--backend", backend]
     cmd += ["--dtype", args.dtype, "--prompt-len", str(args.prompt_len)]
     cmd += ["--max-tokens", str(args.max_tokens), "--seed", str(args.seed)]
@@ -138,7 +138,7 @@ def main():
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument(
         "--llm",
-        default=str(REPO / "target" / "release" / "examples" / "llm"),
+        default=str(REPO / "target" / "release" / "llm"),
         help="the llm example's binary",
     )
     parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)

@@ -1,4 +1,4 @@
-"""The peers of `cargo run --release --features cuda --example llm -- --bench` on a GPU.
+"""The peers of `cargo run --release -p burn-mlx-llm --features cuda --bin llm -- --bench` on a GPU.
 
 Issue 22's speed table: a Qwen3-0.6B-shaped model (hidden 1024, 28 layers, 16 query / 8 KV heads,
 head dim 128, intermediate 3072, vocab 151936, tied embeddings) with random weights, batch 1, a

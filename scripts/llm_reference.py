@@ -26,7 +26,7 @@ The Rust side is ``crates/burn-mlx-llm/tests/llm.rs`` (fixtures in
 ``crates/burn-mlx-llm/tests/data/``).
 
 Regenerate (transformers and torch are in /opt/torch/.venv on the device machine; CPU only):
-    CUDA_VISIBLE_DEVICES= /opt/torch/.venv/bin/python scripts/llm_reference.py --out tests/data/llm
+    CUDA_VISIBLE_DEVICES= /opt/torch/.venv/bin/python scripts/llm_reference.py --out crates/burn-mlx-llm/tests/data
 or anywhere with ``pip install torch transformers safetensors``.
 """
 
@@ -193,7 +193,7 @@ def build(name, maker, out):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="tests/data/llm", help="output folder")
+    parser.add_argument("--out", default="crates/burn-mlx-llm/tests/data", help="output folder")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")

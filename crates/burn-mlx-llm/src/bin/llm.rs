@@ -2,12 +2,12 @@
 //! CPU backends through the same model code).
 //!
 //! ```text
-//! cargo run --release --example llm -- --model DIR --prompt "The capital of France is"
-//! cargo run --release --example llm -- --model DIR --prompt-ids 1,450,7483 --max-tokens 32
-//! cargo run --release --example llm -- --model DIR --prompt "..." --temp 0.7 --top-p 0.9 --seed 1
-//! cargo run --release --example llm -- --bench --preset qwen3-0.6b --dtype bf16
-//! cargo run --release --example llm -- --bench --preset small --backend ndarray
-//! cargo run --release --example llm -- --bench --preset small --quantize q4
+//! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --prompt "The capital of France is"
+//! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --prompt-ids 1,450,7483 --max-tokens 32
+//! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --prompt "..." --temp 0.7 --top-p 0.9 --seed 1
+//! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset qwen3-0.6b --dtype bf16
+//! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset small --backend ndarray
+//! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset small --quantize q4
 //! ```
 //!
 //! `DIR` is a Hugging Face model folder: `config.json`, `model.safetensors` (or shards with
@@ -18,28 +18,25 @@
 //! `--quantize q8|q4` quantizes the weight matrices (groups of 64) into MLX's affine format and
 //! multiplies through MLX's quantized matmul (see `Llm::quantize` and `burn_mlx::quant`).
 
-#[path = "mod.rs"]
-mod llm;
-
 // burn-candle 0.21 is marked deprecated upstream; issue 22 still asks for it as a CPU peer.
 #[allow(deprecated)]
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::quant::QuantBits;
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_llm::config::{LlmConfig, PRESETS};
+use burn_mlx_llm::error::{LlmError, Result};
+use burn_mlx_llm::generate::{generate, GenerateOptions};
+use burn_mlx_llm::gguf::{decode, is_gguf, GgufFile};
+use burn_mlx_llm::model::{Llm, Logits};
+use burn_mlx_llm::sampling::Sampler;
+use burn_mlx_llm::step::Decoder;
+use burn_mlx_llm::tokenizer::{encode, load_tokenizer, TextStream};
+use burn_mlx_llm::weights::load_model;
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Int, Tensor};
 use clap::{Parser, ValueEnum};
-use llm::config::{LlmConfig, PRESETS};
-use llm::error::{LlmError, Result};
-use llm::generate::{generate, GenerateOptions};
-use llm::gguf::{decode, is_gguf, GgufFile};
-use llm::model::{Llm, Logits};
-use llm::sampling::Sampler;
-use llm::step::Decoder;
-use llm::tokenizer::{encode, load_tokenizer, TextStream};
-use llm::weights::load_model;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::collections::BTreeMap;

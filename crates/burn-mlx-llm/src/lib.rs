@@ -3,9 +3,8 @@
 //! weights, a key/value cache preallocated to a maximum context, rotary position embeddings,
 //! greedy and sampled generation with timing, and random-weight presets for benchmarks.
 //!
-//! Shared by `examples/llm/main.rs` (the `llm` example) and `tests/llm.rs`, which both include
-//! this folder with `#[path]`.
-#![allow(dead_code)]
+//! The `llm` command (`src/bin/llm.rs`) runs it from the command line; `tests/llm.rs` checks it
+//! against Hugging Face transformers.
 
 pub mod cache;
 pub mod config;
