@@ -1,0 +1,315 @@
+//! Reductions and scans: sums, products and means (f16/bf16 accumulated in f32), max/min and
+//! their indices with Burn's NaN rules, cumulative ops, and `any`/`all`.
+
+use super::arith::int_div_trunc;
+use super::create::{cast, cast_array, full, zeros};
+use super::index::gather;
+use super::layout::flatten;
+use super::{unary, MlxResult};
+use crate::dtype::is_float;
+use crate::tensor::{scalar_array, OrPanic};
+use crate::{MlxDevice, MlxTensor};
+use burn_backend::{Scalar, Shape};
+use mlx_rs::{ops, Array, Dtype};
+
+/// Sum of every element, as a 1-element tensor of the input's dtype.
+pub(crate) fn sum(t: MlxTensor) -> MlxTensor {
+    let dtype = t.array.dtype();
+    unary(t, "sum", |a| {
+        cast_array(accumulable(a)?.sum(None)?.reshape(&[1])?, dtype)
+    })
+}
+
+/// Sum along `dim`, keeping it.
+pub(crate) fn sum_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    let dtype = t.array.dtype();
+    unary(t, "sum_dim", |a| {
+        cast_array(accumulable(a)?.sum_axis(dim as i32, true)?, dtype)
+    })
+}
+
+/// `a` in a dtype whose sums, products, means and scans are accurate: f16/bf16 widened to f32,
+/// other dtypes unchanged. The result is rounded to the input's dtype once, at the end.
+///
+/// MLX reduces and scans half-precision arrays in their own dtype in places, on the CPU as on
+/// the GPU (MLX 0.32.2): a sum of 5,346 f16 ones stopped at 2,048 (f16's spacing there is 2),
+/// the mean of 0..1024 overflowed f16 through its running sum, and the CUDA reduction lost 0.07
+/// on a bf16 sum of 60 values. burn-ndarray and burn-flex accumulate these in f32.
+fn accumulable(a: &Array) -> MlxResult {
+    if matches!(a.dtype(), Dtype::Float16 | Dtype::Bfloat16) {
+        a.as_dtype(Dtype::Float32)
+    } else {
+        Ok(a.clone())
+    }
+}
+
+/// Product of every element.
+pub(crate) fn prod(t: MlxTensor) -> MlxTensor {
+    let dtype = t.array.dtype();
+    unary(t, "prod", |a| {
+        cast_array(accumulable(a)?.prod(None)?.reshape(&[1])?, dtype)
+    })
+}
+
+/// Product along `dim`, keeping it.
+pub(crate) fn prod_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    let dtype = t.array.dtype();
+    unary(t, "prod_dim", |a| {
+        cast_array(accumulable(a)?.prod_axis(dim as i32, true)?, dtype)
+    })
+}
+
+/// A float mean: `sum` of `a` (f16/bf16 accumulated in f32) divided by its `n` elements, cast
+/// to `dtype`. A division, not MLX's `mean` (a product with 1/n): compiled, that product can
+/// land 1 ulp from the quotient Burn's backends give (0.99999994 for the mean of 0, 1 and 2).
+fn float_mean(
+    a: &Array,
+    n: usize,
+    dtype: Dtype,
+    sum: impl FnOnce(&Array) -> MlxResult,
+) -> MlxResult {
+    let total = sum(&accumulable(a)?)?;
+    let count = scalar_array(Scalar::Float(n as f64), total.dtype());
+    cast_array(total.divide(&count)?, dtype)
+}
+
+/// Mean along `dim`, keeping it (integer means truncate, as Burn's do).
+pub(crate) fn mean_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    let dtype = t.array.dtype();
+    if is_float(dtype) {
+        let n = t.dims()[dim];
+        return unary(t, "mean_dim", |a| {
+            float_mean(a, n, dtype, |x| x.sum_axis(dim as i32, true))
+        });
+    }
+    let n = t.dims()[dim].max(1) as i64;
+    unary(t, "mean_dim", |a| {
+        let s = cast_array(a.sum_axis(dim as i32, true)?, dtype)?;
+        int_div_trunc(&s, &scalar_array(Scalar::Int(n), dtype))
+    })
+}
+
+/// Mean of every element, as a 1-element tensor.
+pub(crate) fn mean(t: MlxTensor) -> MlxTensor {
+    let dtype = t.array.dtype();
+    if is_float(dtype) {
+        let n = t.array.size();
+        return unary(t, "mean", |a| {
+            float_mean(a, n, dtype, |x| x.sum(None)?.reshape(&[1]))
+        });
+    }
+    let n = t.array.size().max(1) as i64;
+    unary(t, "mean", |a| {
+        let s = cast_array(a.sum(None)?.reshape(&[1])?, dtype)?;
+        int_div_trunc(&s, &scalar_array(Scalar::Int(n), dtype))
+    })
+}
+
+/// Maximum of every element.
+///
+/// Floats follow Burn's definition (`max_dim` of the flattened tensor, so NaN handling is
+/// `argmax`'s); integers use MLX's reduction directly.
+pub(crate) fn max(t: MlxTensor) -> MlxTensor {
+    if is_float(t.array.dtype()) {
+        return max_dim(flatten(t), 0);
+    }
+    unary(t, "max", |a| a.max(None)?.reshape(&[1]))
+}
+
+/// Minimum of every element (see [`max`] for NaN handling).
+pub(crate) fn min(t: MlxTensor) -> MlxTensor {
+    if is_float(t.array.dtype()) {
+        return min_dim(flatten(t), 0);
+    }
+    unary(t, "min", |a| a.min(None)?.reshape(&[1]))
+}
+
+/// Maximum along `dim`, keeping it.
+///
+/// For floats this is the value at `argmax`, which is how Burn defines `max_dim`: a NaN is
+/// skipped unless it comes first along `dim`, exactly as burn-ndarray does. MLX's own reduction
+/// would propagate every NaN.
+pub(crate) fn max_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    if is_float(t.array.dtype()) && t.array.size() == 0 {
+        return empty_reduction(&t, dim, f64::NEG_INFINITY);
+    }
+    if is_float(t.array.dtype()) {
+        let idx = argmax(t.clone(), dim, Dtype::Int32);
+        return take_along(t, idx, dim, "max_dim");
+    }
+    unary(t, "max_dim", |a| a.max_axis(dim as i32, true))
+}
+
+/// Minimum along `dim`, keeping it (see [`max_dim`] for NaN handling).
+pub(crate) fn min_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    if is_float(t.array.dtype()) && t.array.size() == 0 {
+        return empty_reduction(&t, dim, f64::INFINITY);
+    }
+    if is_float(t.array.dtype()) {
+        let idx = argmin(t.clone(), dim, Dtype::Int32);
+        return take_along(t, idx, dim, "min_dim");
+    }
+    unary(t, "min_dim", |a| a.min_axis(dim as i32, true))
+}
+
+/// A float reduction along `dim` of a tensor with no elements: the reduced shape filled with the
+/// reduction's identity (`-inf` for max, `+inf` for min), so that expressions such as
+/// `x - x.max_dim(d)` stay empty instead of failing. MLX refuses to reduce empty arrays.
+fn empty_reduction(t: &MlxTensor, dim: usize, identity: f64) -> MlxTensor {
+    let mut shape = t.dims();
+    shape[dim] = 1;
+    full(
+        &Shape::from(shape),
+        Scalar::Float(identity),
+        t.array.dtype(),
+        &t.device,
+    )
+}
+
+/// `t`'s values at `idx` along `dim` (`idx` already has `t`'s rank).
+fn take_along(t: MlxTensor, idx: MlxTensor, dim: usize, op: &str) -> MlxTensor {
+    let out = t
+        .device
+        .scope(|| ops::indexing::take_along_axis(&t.array, &idx.array, dim as i32))
+        .or_panic(op, &[&t.array, &idx.array]);
+    t.with(out)
+}
+
+/// Output of an index reduction over an input with no elements: an empty tensor of the reduced
+/// shape, or a panic when the reduced dimension itself is empty (there is no index to return).
+fn arg_reduce_empty(t: &MlxTensor, dim: usize, out: Dtype, op: &str) -> Option<MlxTensor> {
+    if t.array.size() != 0 {
+        return None;
+    }
+    let mut shape = t.dims();
+    if shape[dim] == 0 {
+        panic!(
+            "burn-mlx: `{op}` along dimension {dim} of a tensor of shape {shape:?}: the dimension \
+             is empty, so there is no index to return"
+        );
+    }
+    shape[dim] = 1;
+    Some(zeros(&Shape::from(shape), out, &t.device))
+}
+
+/// Index of the maximum along `dim` (the first one on ties), keeping the dim.
+pub(crate) fn argmax(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
+    if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmax") {
+        return empty;
+    }
+    let gpu = t.device == MlxDevice::Gpu;
+    unary(t, "argmax", |a| {
+        let idx = if gpu && is_float(a.dtype()) {
+            arg_extreme_nan_first(a, dim as i32, f64::NEG_INFINITY, |x, d| {
+                ops::indexing::argmax_axis(x, d, true)
+            })?
+        } else {
+            ops::indexing::argmax_axis(a, dim as i32, true)?
+        };
+        idx.as_dtype(out)
+    })
+}
+
+/// Index of the minimum along `dim` (the first one on ties), keeping the dim.
+pub(crate) fn argmin(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
+    if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmin") {
+        return empty;
+    }
+    let gpu = t.device == MlxDevice::Gpu;
+    unary(t, "argmin", |a| {
+        let idx = if gpu && is_float(a.dtype()) {
+            arg_extreme_nan_first(a, dim as i32, f64::INFINITY, |x, d| {
+                ops::indexing::argmin_axis(x, d, true)
+            })?
+        } else {
+            ops::indexing::argmin_axis(a, dim as i32, true)?
+        };
+        idx.as_dtype(out)
+    })
+}
+
+/// Burn's float `argmax`/`argmin` on devices whose MLX kernel treats NaN differently.
+///
+/// Burn (burn-ndarray) scans from the first element and keeps it while no later value compares
+/// greater (less), so a NaN wins only when it comes first along the axis, and later NaNs are
+/// skipped. MLX's CPU kernel scans the same way; its CUDA kernel reduces in a tree and may pick
+/// any NaN. Here every NaN becomes `skip` (which never wins over the first element on ties),
+/// and a NaN in the first position wins outright.
+fn arg_extreme_nan_first(
+    a: &Array,
+    axis: i32,
+    skip: f64,
+    arg: impl Fn(&Array, i32) -> MlxResult,
+) -> MlxResult {
+    let filler = Array::from_f32(skip as f32).as_dtype(a.dtype())?;
+    let cleaned = ops::select(&a.is_nan()?, &filler, a)?;
+    let idx = arg(&cleaned, axis)?;
+    let first = a.take_axis(Array::from_slice(&[0i32], &[1]), axis)?;
+    let zero = Array::from_int(0).as_dtype(idx.dtype())?;
+    ops::select(&first.is_nan()?, &zero, &idx)
+}
+
+/// `max_dim` and the index of the first maximum.
+pub(crate) fn max_dim_with_indices(t: MlxTensor, dim: usize, out: Dtype) -> (MlxTensor, MlxTensor) {
+    let idx = argmax(t.clone(), dim, Dtype::Int32);
+    let values = gather(dim, t, idx.clone());
+    (values, cast(idx, out))
+}
+
+/// `min_dim` and the index of the first minimum.
+pub(crate) fn min_dim_with_indices(t: MlxTensor, dim: usize, out: Dtype) -> (MlxTensor, MlxTensor) {
+    let idx = argmin(t.clone(), dim, Dtype::Int32);
+    let values = gather(dim, t, idx.clone());
+    (values, cast(idx, out))
+}
+
+/// Cumulative op along `dim`, keeping the input dtype (f16/bf16 scanned in f32, see
+/// [`accumulable`]).
+pub(crate) fn cumulative(
+    t: MlxTensor,
+    dim: usize,
+    op: &str,
+    f: impl FnOnce(&Array, i32) -> MlxResult,
+) -> MlxTensor {
+    let dtype = t.array.dtype();
+    unary(t, op, |a| {
+        cast_array(f(&accumulable(a)?, dim as i32)?, dtype)
+    })
+}
+
+/// Burn's float `cummax`/`cummin`: a NaN stays where it is and does not spread to later
+/// positions (MLX's scans would carry it forward); `fill` is the identity of the scan.
+pub(crate) fn float_cum_extreme(
+    t: MlxTensor,
+    dim: usize,
+    op: &str,
+    fill: f32,
+    f: impl FnOnce(&Array, i32) -> MlxResult,
+) -> MlxTensor {
+    unary(t, op, |a| {
+        let nan = ops::is_nan(a)?;
+        let fill = Array::from_f32(fill).as_dtype(a.dtype())?;
+        let scanned = f(&ops::select(&nan, &fill, a)?, dim as i32)?;
+        ops::select(&nan, a, &scanned)
+    })
+}
+
+/// Whether any element is true (non-zero), as a 1-element bool tensor.
+pub(crate) fn any(t: MlxTensor) -> MlxTensor {
+    unary(t, "any", |a| a.any(None)?.reshape(&[1]))
+}
+
+/// Whether every element is true (non-zero), as a 1-element bool tensor.
+pub(crate) fn all(t: MlxTensor) -> MlxTensor {
+    unary(t, "all", |a| a.all(None)?.reshape(&[1]))
+}
+
+/// `any` along `dim`, keeping it.
+pub(crate) fn any_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    unary(t, "any_dim", |a| a.any_axis(dim as i32, true))
+}
+
+/// `all` along `dim`, keeping it.
+pub(crate) fn all_dim(t: MlxTensor, dim: usize) -> MlxTensor {
+    unary(t, "all_dim", |a| a.all_axis(dim as i32, true))
+}
