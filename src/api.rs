@@ -68,8 +68,10 @@
 //! Inherent typed methods such as `matmul` apply only to `MlxTensor<E: MlxElement>`, so a method
 //! call on a dynamic tensor still reaches [`MlxOps`].
 
+use crate::device::MlxDevice;
+use crate::error::MlxError;
+use crate::tensor::MlxTensor;
 use crate::tensor::{to_i32_shape, Dynamic};
-use crate::{MlxDevice, MlxError, MlxTensor};
 use mlx_rs::{ops, Array, Dtype};
 
 /// Element types that MLX arrays can be built from and read into.

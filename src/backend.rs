@@ -1,6 +1,7 @@
 //! The [`Mlx`] backend type.
 
-use crate::{MlxDevice, MlxTensor};
+use crate::device::MlxDevice;
+use crate::tensor::MlxTensor;
 use burn_backend::quantization::{QuantLevel, QuantMode, QuantScheme, QuantStore, QuantValue};
 use burn_backend::{
     Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet, ExecutionError,

@@ -68,11 +68,11 @@ impl MlxDevice {
     }
 
     /// Returns an error saying why the device cannot be used, if it cannot.
-    pub fn check(&self) -> Result<(), crate::MlxError> {
+    pub fn check(&self) -> Result<(), crate::error::MlxError> {
         if self.is_available() {
             Ok(())
         } else {
-            Err(crate::MlxError::Device {
+            Err(crate::error::MlxError::Device {
                 device: format!("{self:?}"),
                 hint: "this MLX build has no usable GPU (on Linux, build with the `cuda` \
                        feature or BURN_MLX_CUDA=1 on a machine with an NVIDIA GPU; on macOS, use \

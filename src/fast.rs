@@ -18,11 +18,13 @@
 //! cache) can then be traced once and replayed at every position with [`crate::compile()`]: a
 //! position known only on the host would be baked into the trace.
 
-use crate::ops::base::binary;
-use crate::tensor::OrPanic;
 #[cfg(doc)]
-use crate::Mlx;
-use crate::{from_mlx, to_mlx, MlxError, MlxTensor};
+use crate::backend::Mlx;
+use crate::error::MlxError;
+use crate::interop::{from_mlx, to_mlx};
+use crate::ops::base::binary;
+use crate::tensor::MlxTensor;
+use crate::tensor::OrPanic;
 use burn_tensor::backend::Backend;
 use burn_tensor::{BasicOps, DType, ElementConversion, Int, Tensor, TensorData, TensorKind};
 use mlx_rs::fast;
@@ -163,20 +165,21 @@ pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) 
 
 /// [`swiglu`] on MLX tensors.
 fn swiglu_mlx(gate: MlxTensor, up: MlxTensor) -> MlxTensor {
-    use crate::MlxOps;
+    use crate::api::MlxOps;
     let composed = |x: &[MlxTensor]| (&x[0]).mul(&(&x[0]).sigmoid()?).mul(&x[1]);
     if crate::trace::is_tracing() {
         return composed(&[gate.clone(), up.clone()]).or_panic("swiglu", &[&gate.array, &up.array]);
     }
     thread_local! {
-        static COMPILED: std::cell::RefCell<Option<crate::Compiled>> =
+        static COMPILED: std::cell::RefCell<Option<crate::compile::function::Compiled>> =
             const { std::cell::RefCell::new(None) };
     }
     COMPILED
         .with(|cell| {
             let mut slot = cell.borrow_mut();
-            let compiled =
-                slot.get_or_insert_with(|| crate::compile(move |x| Ok(vec![composed(x)?]), true));
+            let compiled = slot.get_or_insert_with(|| {
+                crate::compile::function::compile(move |x| Ok(vec![composed(x)?]), true)
+            });
             compiled.call(&[gate.clone(), up.clone()])
         })
         .map(|mut out| out.remove(0))

@@ -6,7 +6,8 @@
 //! `benches/nvidia.md` breaks a step down. MLX writes the graph with its `export_to_dot`; the
 //! counts are read back from that text.
 
-use crate::{MlxError, MlxTensor};
+use crate::error::MlxError;
+use crate::tensor::MlxTensor;
 use std::collections::BTreeMap;
 
 /// The kinds a step's primitives fall into, for a profile table.

@@ -5,7 +5,8 @@
 //! ([`crate::pending_primitives`]). These two functions cross over without `unsafe` and without
 //! naming the primitive types: they succeed exactly when `B` is `Mlx`.
 
-use crate::{Mlx, MlxTensor};
+use crate::backend::Mlx;
+use crate::tensor::MlxTensor;
 use burn_tensor::backend::Backend;
 use burn_tensor::{BasicOps, Tensor, TensorKind, TensorPrimitive};
 use std::any::{Any, TypeId};

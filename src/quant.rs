@@ -39,8 +39,11 @@
 //! input's dtype. For the same reason, on the CPU a product with more than
 //! [`CPU_QMM_MAX_ROWS`] rows (a prompt) dequantizes the weight to f32 and uses the BLAS matmul.
 
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
+use crate::error::MlxError;
 use crate::tensor::describe;
-use crate::{Mlx, MlxDevice, MlxError, MlxTensor};
+use crate::tensor::MlxTensor;
 use burn_backend::quantization::{QuantLevel, QuantMode, QuantScheme, QuantStore, QuantValue};
 use burn_backend::TensorPrimitive;
 use burn_tensor::backend::Backend;

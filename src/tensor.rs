@@ -1,8 +1,9 @@
 //! [`MlxTensor`]: the tensor primitive of the [`Mlx`](crate::Mlx) backend, and the helpers the
 //! op files share.
 
+use crate::device::MlxDevice;
 use crate::dtype::{from_mlx, to_mlx};
-use crate::{MlxDevice, MlxError};
+use crate::error::MlxError;
 use burn_backend::quantization::QuantScheme;
 use burn_backend::{DType, QTensorPrimitive, Scalar, Shape, TensorData, TensorMetadata};
 use mlx_rs::{Array, Dtype};

@@ -4,7 +4,7 @@
 //! This state has its own module so that `tensor.rs` (which reads it before every evaluation)
 //! and `compile.rs` (which sets it while tracing, and uses tensors) do not import each other.
 
-use crate::MlxError;
+use crate::error::MlxError;
 use std::cell::Cell;
 
 thread_local! {

@@ -36,8 +36,9 @@
 //! devices, compiling a structure at its `n`-th sighting); or call [`set_threshold`] at run
 //! time. [`stats`] says what the pass did.
 
+use crate::device::MlxDevice;
+use crate::error::MlxError;
 use crate::native::fusion as native;
-use crate::{MlxDevice, MlxError};
 use mlx_rs::Array;
 use std::sync::Once;
 

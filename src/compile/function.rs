@@ -26,8 +26,11 @@
 //! MLX runs the traced graph unfused (still correct). On Metal and CUDA, MLX generates GPU
 //! kernels itself.
 
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
+use crate::error::MlxError;
+use crate::tensor::MlxTensor;
 use crate::trace::{check_not_tracing, TraceGuard};
-use crate::{Mlx, MlxDevice, MlxError, MlxTensor};
 use burn_tensor::{Tensor, TensorPrimitive};
 use mlx_rs::error::Exception;
 use mlx_rs::Array;

@@ -12,8 +12,10 @@
 //! logical OR); all_gather, broadcast and send/recv copy the bits exactly.
 
 use super::{DistributedError, Group};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::native::distributed::{self as raw, RawGroup};
-use crate::{Mlx, MlxDevice, MlxTensor};
+use crate::tensor::MlxTensor;
 use burn_tensor::{BasicOps, Bool, DType, Float, Int, Tensor, TensorPrimitive};
 use mlx_rs::{Array, Dtype, Stream};
 use std::sync::atomic::Ordering;

@@ -3,7 +3,7 @@
 //! Every message names the operation, this process's rank and the group size where they are
 //! known, and says what to do.
 
-use crate::MlxError;
+use crate::error::MlxError;
 
 /// An error of [`burn_mlx::distributed`](crate::distributed): setting up a group, a collective
 /// operation, or launching ranks.

@@ -17,7 +17,7 @@
 use super::collectives::{bits_dtype, describe, shape_text, OpCode};
 use super::{DistributedError, Group};
 use crate::native::distributed as raw;
-use crate::MlxTensor;
+use crate::tensor::MlxTensor;
 use mlx_rs::{Array, Dtype};
 
 /// The bucket size when none is given: 64 MiB.

@@ -32,8 +32,8 @@
 
 use super::hostfile::Hostfile;
 use super::DistributedError;
+use crate::device::MlxDevice;
 use crate::native::distributed::{self as raw, RawGroup};
-use crate::MlxDevice;
 use mlx_rs::Array;
 use std::net::SocketAddrV4;
 use std::path::PathBuf;

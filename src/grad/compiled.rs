@@ -2,7 +2,12 @@
 
 use super::params::Replace;
 use super::value_and_grad::loss_and_grads;
-use crate::{compile, from_mlx, Compiled, Mlx, MlxDevice, MlxError, MlxTensor};
+use crate::backend::Mlx;
+use crate::compile::function::{compile, Compiled};
+use crate::device::MlxDevice;
+use crate::error::MlxError;
+use crate::interop::from_mlx;
+use crate::tensor::MlxTensor;
 use burn_core::module::Module;
 use burn_tensor::Tensor;
 use mlx_rs::{ops, Array};

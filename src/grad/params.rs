@@ -1,6 +1,9 @@
 //! A module's float parameters as MLX arrays, and back.
 
-use crate::{from_mlx, to_mlx, Mlx, MlxDevice, MlxTensor};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
+use crate::interop::{from_mlx, to_mlx};
+use crate::tensor::MlxTensor;
 use burn_core::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn_optim::GradientsParams;
 use burn_tensor::Tensor;

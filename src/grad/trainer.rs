@@ -2,7 +2,9 @@
 
 use super::params::tensor;
 use super::value_and_grad::loss_and_grads;
-use crate::{Mlx, MlxDevice, MlxError};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
+use crate::error::MlxError;
 use burn_core::module::{Module, ModuleMapper, Param};
 use burn_optim::{LearningRate, SimpleOptimizer};
 use burn_tensor::Tensor;

@@ -1,7 +1,10 @@
 //! The loss and every parameter's gradient, through MLX's `value_and_grad`.
 
 use super::params::{tensor, Arrays, Register, Replace};
-use crate::{to_mlx, Mlx, MlxDevice, MlxError};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
+use crate::error::MlxError;
+use crate::interop::to_mlx;
 use burn_core::module::Module;
 use burn_optim::GradientsParams;
 use burn_tensor::Tensor;

@@ -3,7 +3,7 @@
 //! mlx-c writes the graph to a C `FILE*`; an in-memory stream (`open_memstream`) collects it
 //! without touching the file system.
 
-use crate::MlxError;
+use crate::error::MlxError;
 use mlx_rs::Array;
 use std::os::raw::{c_char, c_int, c_void};
 

@@ -2,7 +2,7 @@
 //! `mlx-sys/fusion.cpp`): the evaluation entry every burn-mlx evaluation goes through, and the
 //! pass's settings and counters.
 
-use crate::MlxError;
+use crate::error::MlxError;
 use mlx_rs::Array;
 
 /// How many counters [`counters`] returns, in the order of

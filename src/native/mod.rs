@@ -19,7 +19,7 @@ pub(crate) mod distributed;
 pub(crate) mod dot;
 pub(crate) mod fusion;
 
-use crate::MlxError;
+use crate::error::MlxError;
 use mlx_rs::{Array, DeviceType, Stream};
 use mlx_sys::{mlx_array, mlx_stream};
 use std::sync::Once;
@@ -452,7 +452,9 @@ pub(crate) fn thread_init() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{pending_primitives, MlxDevice, MlxTensor};
+    use crate::device::MlxDevice;
+    use crate::graph::pending_primitives;
+    use crate::tensor::MlxTensor;
     use mlx_rs::ops;
 
     type Op = fn(&Array) -> Result<Array, mlx_rs::error::Exception>;

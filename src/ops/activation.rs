@@ -1,9 +1,9 @@
 //! Burn's `ActivationOps` on MLX: native kernels where MLX has them.
 
 use super::base::{binary, unary};
+use crate::backend::Mlx;
 use crate::native;
 use crate::tensor::scalar_array;
-use crate::Mlx;
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
 use mlx_rs::{ops, Array, Dtype};

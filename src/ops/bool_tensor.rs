@@ -1,8 +1,10 @@
 //! Burn's `BoolTensorOps` on MLX (native MLX bool arrays).
 
 use super::base::{self, binary, cast, unary, with_scalar};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::dtype::{float_mlx, int_mlx};
-use crate::{Mlx, MlxDevice, MlxTensor};
+use crate::tensor::MlxTensor;
 use burn_backend::ops::BoolTensorOps;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{

@@ -1,10 +1,12 @@
 //! Burn's `FloatTensorOps` on MLX.
 
 use super::base::{self, binary, cast, unary, with_scalar};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::dtype::{float_mlx, int_mlx};
 use crate::native;
+use crate::tensor::MlxTensor;
 use crate::tensor::{scalar_array, scalar_f64};
-use crate::{Mlx, MlxDevice, MlxTensor};
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{

@@ -1,10 +1,12 @@
 //! Burn's `IntTensorOps` on MLX.
 
 use super::base::{self, binary, cast, cast_array, unary, with_scalar};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::dtype::{float_mlx, int_mlx};
 use crate::native;
 use crate::tensor::scalar_array;
-use crate::{Mlx, MlxDevice, MlxTensor};
+use crate::tensor::MlxTensor;
 use burn_backend::ops::IntTensorOps;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{
@@ -22,7 +24,7 @@ fn index_dtype(device: &MlxDevice) -> mlx_rs::Dtype {
 }
 
 /// Maps a [`native`](crate::native) error into mlx-rs's error type inside op closures.
-fn ffi_err(e: crate::MlxError) -> Exception {
+fn ffi_err(e: crate::error::MlxError) -> Exception {
     Exception::custom(e.to_string())
 }
 

@@ -21,9 +21,11 @@
 //! scheme. See [`supports_scheme`].
 
 use super::base;
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::dtype::float_mlx;
+use crate::tensor::MlxTensor;
 use crate::tensor::{to_i32_shape, OrPanic, QuantParams};
-use crate::{Mlx, MlxDevice, MlxTensor};
 use burn_backend::ops::QTensorOps;
 use burn_backend::quantization::{
     QuantLevel, QuantMode, QuantScheme, QuantStore, QuantValue, QuantizationParametersPrimitive,

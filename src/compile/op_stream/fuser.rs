@@ -2,7 +2,7 @@
 //! can run and closes the block at the first one it cannot.
 
 use super::step::StepOptimization;
-use crate::MlxDevice;
+use crate::device::MlxDevice;
 use burn_backend::DType;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr};

@@ -49,7 +49,9 @@ mod block;
 mod fuser;
 mod step;
 
-use crate::{Mlx, MlxDevice, MlxTensor};
+use crate::backend::Mlx;
+use crate::device::MlxDevice;
+use crate::tensor::MlxTensor;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::DType;
 use burn_fusion::{FusionBackend, FusionRuntime, OperationFuser};

@@ -3,10 +3,11 @@
 
 use super::block::BlockFlow;
 use super::MlxFusionRuntime;
+use crate::device::MlxDevice;
 use crate::scalar_tape::{same, Captured, Tape};
 use crate::tensor::constant_scalar_array;
+use crate::tensor::MlxTensor;
 use crate::trace::TraceGuard;
-use crate::{MlxDevice, MlxTensor};
 use burn_backend::{Scalar, Shape};
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_fusion::{NumOperations, Optimization};

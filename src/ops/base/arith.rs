@@ -3,8 +3,8 @@
 //! Burn's remainder.
 
 use super::MlxResult;
+use crate::device::MlxDevice;
 use crate::dtype::{is_float, is_unsigned};
-use crate::MlxDevice;
 use mlx_rs::{ops, Array, Dtype};
 
 /// `a · b`, plus `c` when given (MLX's `addmm`: on CUDA a GEMM with a bias epilogue), on

@@ -2,9 +2,11 @@
 //! and random tensors (with the process-wide random state that `Mlx::seed` sets).
 
 use super::{unary, MlxResult};
+use crate::device::MlxDevice;
 use crate::dtype::is_float;
+use crate::native;
+use crate::tensor::MlxTensor;
 use crate::tensor::{scalar_array, to_i32_shape, OrPanic};
-use crate::{native, MlxDevice, MlxTensor};
 use burn_backend::{Distribution, Scalar, Shape};
 use mlx_rs::{ops, random, Array, Dtype};
 use std::sync::Mutex;

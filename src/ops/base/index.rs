@@ -4,8 +4,9 @@
 
 use super::create::cast;
 use super::{unary, MlxResult};
+use crate::native;
+use crate::tensor::MlxTensor;
 use crate::tensor::{scalar_array, OrPanic};
-use crate::{native, MlxTensor};
 use burn_backend::Scalar;
 use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array, Dtype};

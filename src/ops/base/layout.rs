@@ -3,8 +3,9 @@
 
 use super::create::cast;
 use super::unary;
+use crate::native;
+use crate::tensor::MlxTensor;
 use crate::tensor::{to_i32_shape, OrPanic};
-use crate::{native, MlxTensor};
 use burn_backend::{Shape, Slice};
 use mlx_rs::{ops, Array};
 

@@ -32,8 +32,8 @@ pub(crate) use reduce::{
 };
 pub(crate) use sort::{argsort, argtopk, sort, sort_with_indices, topk};
 
+use crate::tensor::MlxTensor;
 use crate::tensor::{scalar_array, OrPanic};
-use crate::MlxTensor;
 use burn_backend::Scalar;
 use mlx_rs::error::Exception;
 use mlx_rs::Array;

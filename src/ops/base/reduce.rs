@@ -6,9 +6,10 @@ use super::create::{cast, cast_array, full, zeros};
 use super::index::gather;
 use super::layout::flatten;
 use super::{unary, MlxResult};
+use crate::device::MlxDevice;
 use crate::dtype::is_float;
+use crate::tensor::MlxTensor;
 use crate::tensor::{scalar_array, OrPanic};
-use crate::{MlxDevice, MlxTensor};
 use burn_backend::{Scalar, Shape};
 use mlx_rs::{ops, Array, Dtype};
 

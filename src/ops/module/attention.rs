@@ -6,7 +6,7 @@
 //! does (a plain softmax would give NaN).
 
 use super::common::{float_const, run, Res};
-use crate::MlxTensor;
+use crate::tensor::MlxTensor;
 use burn_backend::ops::AttentionModuleOptions;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::{ops, Array, Dtype};

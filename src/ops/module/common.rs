@@ -5,8 +5,9 @@
 //! They live apart from `mod.rs` so that the op files and the `ModuleOps` impl that calls them
 //! do not import each other.
 
+use crate::error::MlxError;
+use crate::tensor::MlxTensor;
 use crate::tensor::OrPanic;
-use crate::{MlxError, MlxTensor};
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 use std::fmt;

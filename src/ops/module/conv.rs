@@ -5,7 +5,7 @@
 //! weight are transposed on the way in and the output on the way out.
 
 use super::common::{channels_first, channels_last, ints, run, Res};
-use crate::MlxTensor;
+use crate::tensor::MlxTensor;
 use burn_backend::ops::ConvTransposeOptions;
 use mlx_rs::{ops, Array, Dtype};
 

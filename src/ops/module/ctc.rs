@@ -29,8 +29,9 @@
 //!   0 reads the loss off the first time step, as Burn's default does.
 
 use super::common::{accumulation_dtype, run, Failure, Res};
+use crate::native;
 use crate::ops::base::cast_array;
-use crate::{native, MlxTensor};
+use crate::tensor::MlxTensor;
 use mlx_rs::{ops, Array, Dtype};
 
 /// Casts `a` to `dtype` (no copy when it already has it).

@@ -10,7 +10,8 @@
 //! offset and mask gradients reduce over the channels of each offset group.
 
 use super::common::{float_const, run_many, Res};
-use crate::{Mlx, MlxTensor};
+use crate::backend::Mlx;
+use crate::tensor::MlxTensor;
 use burn_backend::ops::conv::calculate_conv_output_size;
 use burn_backend::ops::{DeformConv2dBackward, DeformConvOptions};
 use mlx_rs::{ops, Array, Dtype};

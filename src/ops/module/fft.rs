@@ -4,7 +4,7 @@
 //! and the results back to the input's dtype.
 
 use super::common::{run_many, Res};
-use crate::MlxTensor;
+use crate::tensor::MlxTensor;
 use mlx_rs::{complex64, Array, Dtype};
 
 fn to_f32(a: &Array) -> Res {

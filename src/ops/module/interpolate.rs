@@ -6,7 +6,7 @@
 //! gather instead.
 
 use super::common::{float_const, int_const, ints, run, Res};
-use crate::MlxTensor;
+use crate::tensor::MlxTensor;
 use burn_backend::ops::{InterpolateMode, InterpolateOptions};
 use mlx_rs::Array;
 

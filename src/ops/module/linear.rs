@@ -16,7 +16,7 @@
 
 use super::common::{accumulation_dtype, run, Res};
 use crate::ops::base::matmul_add;
-use crate::MlxTensor;
+use crate::tensor::MlxTensor;
 use mlx_rs::Array;
 
 /// `[d0, …, dk, n]` as `[d0·…·dk, n]`: the rows of every leading dimension, one matrix.

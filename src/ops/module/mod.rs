@@ -21,7 +21,8 @@ mod interpolate;
 mod linear;
 mod pool;
 
-use crate::{Mlx, MlxTensor};
+use crate::backend::Mlx;
+use crate::tensor::MlxTensor;
 use burn_backend::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
     DeformConvOptions, InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,

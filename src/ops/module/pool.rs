@@ -9,8 +9,9 @@ use super::common::{
     accumulation_dtype, float_const, int_const, ints, run, run_many, Failure, Res,
 };
 use super::interpolate::{separable, separable_transposed};
+use crate::backend::Mlx;
 use crate::dtype::int_mlx;
-use crate::{Mlx, MlxTensor};
+use crate::tensor::MlxTensor;
 use burn_backend::get_device_settings;
 use burn_backend::ops::conv::calculate_pool_output_size;
 use mlx_rs::{ops, Array, Dtype};
