@@ -33,8 +33,8 @@ fi
     echo "allsum_compare.sh: $py cannot import mlx.core; create the venv (see the top of this script)" >&2
     exit 1
 }
-cargo build --release --example train_distributed --example mlx_launch >&2
-bin=target/release/examples
+cargo build --release -p burn-mlx-distributed --bin train_distributed --bin mlx_launch >&2
+bin=target/release
 export OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -46,7 +46,7 @@ run_burn() {
     awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "burn", $3, $7, $8, r }' r="$round" "$tmp/out"
 }
 run_python() {
-    "$bin/mlx_launch" -n "$ranks" "$py" examples/train_distributed/allsum_bench.py \
+    "$bin/mlx_launch" -n "$ranks" "$py" crates/burn-mlx-distributed/src/bin/train_distributed/allsum_bench.py \
         "$min_mb" "$max_mb" "${small_py[@]}" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
     awk '$1 == "[rank" && $2 == "0]" && $3 ~ /^[0-9]+$/ { print "python", $3, $7, $8, r }' r="$round" "$tmp/out"
 }

@@ -11,8 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5}
 steps=${STEPS:-200}
-cargo build --release --example train_distributed >&2
-bin=target/release/examples/train_distributed
+cargo build --release -p burn-mlx-distributed --bin train_distributed >&2
+bin=target/release/train_distributed
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -3,10 +3,10 @@
 //! between ranks.
 //!
 //! ```text
-//! cargo run --release --example train_distributed -- --ranks 2          # 2 local ranks
-//! cargo run --release --example train_distributed                       # 1 process
-//! cargo run --release --example mlx_launch -- -n 2 target/release/examples/train_distributed
-//! cargo run --release --example train_distributed -- --ranks 2 --bench  # all_sum bandwidth
+//! cargo run --release -p burn-mlx-distributed --bin train_distributed -- --ranks 2          # 2 local ranks
+//! cargo run --release -p burn-mlx-distributed --bin train_distributed                       # 1 process
+//! cargo run --release -p burn-mlx-distributed --bin mlx_launch -- -n 2 target/release/train_distributed
+//! cargo run --release -p burn-mlx-distributed --bin train_distributed -- --ranks 2 --bench  # all_sum bandwidth
 //! scripts/allsum_compare.sh      # --bench against MLX Python's all_sum, alternating runs
 //! scripts/distributed_steps.sh   # step time: 1 and 2 ranks, --no-group, --no-check
 //!
@@ -14,7 +14,7 @@
 //! train_distributed --ranks 2 --backend nccl --device gpu --steps 20 --parity
 //! train_distributed --ranks 2 --backend nccl --device gpu --model transformer --batch 256
 //! train_distributed --ranks 2 --backend nccl --device gpu --bench --bench-max-mb 1024
-//! python3 examples/train_distributed/torch_ddp.py step --world 1 2 --batch 128  # PyTorch DDP
+//! python3 crates/burn-mlx-distributed/src/bin/train_distributed/torch_ddp.py step --world 1 2 --batch 128  # PyTorch DDP
 //! ```
 //!
 //! `--model transformer` trains `gpu_bench`'s Transformer step (d_model 256, 8 heads, 2 layers,
@@ -37,11 +37,6 @@
 
 extern crate burn_core as burn;
 
-mod ddp;
-#[path = "../common/device_flag.rs"]
-mod device_flag;
-mod model;
-
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
@@ -49,11 +44,11 @@ use burn_autodiff::Autodiff;
 use burn_mlx::distributed::launch::{launch, LaunchOptions};
 use burn_mlx::distributed::{self, CommBackend, DistributedError, GradientAllReduce, Group};
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_distributed::ddp;
+use burn_mlx_models::{Encoder, Mlp};
 use burn_nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use clap::{Parser, ValueEnum};
-use device_flag::DeviceFlag;
-use model::{Encoder, Mlp};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::time::{Duration, Instant};
@@ -82,8 +77,8 @@ struct Args {
     #[arg(long, default_value = "any")]
     backend: CommBackend,
     /// The device every rank trains on (the ring backend communicates through the CPU).
-    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
-    device: DeviceFlag,
+    #[arg(long, default_value = "cpu")]
+    device: MlxDevice,
     /// Optimizer steps.
     #[arg(long, default_value_t = 300)]
     steps: usize,
@@ -227,7 +222,7 @@ fn launch_ranks(args: &Args) -> i32 {
 
 /// Ends the program when `--device` is not usable here.
 fn check_device(args: &Args) {
-    if let Err(e) = MlxDevice::from(args.device).check() {
+    if let Err(e) = args.device.check() {
         eprintln!("error: {e}");
         std::process::exit(2);
     }
@@ -273,7 +268,7 @@ fn train(args: &Args) -> Result<(), DistributedError> {
             ),
         });
     }
-    let device = MlxDevice::from(args.device);
+    let device = args.device;
     match args.model {
         ModelFlag::Mlp => {
             let task = SpiralTask::new(args, &device);
@@ -539,8 +534,8 @@ fn parity<T: Task>(
     device: &MlxDevice,
 ) -> Result<(), String> {
     let tol = args.parity_tol.unwrap_or(match args.device {
-        DeviceFlag::Cpu => 1e-5,
-        DeviceFlag::Gpu => 2e-2,
+        MlxDevice::Cpu => 1e-5,
+        MlxDevice::Gpu => 2e-2,
     });
     // The one-process reference needs the whole global batch (the MLP's task holds it anyway).
     let whole = task.whole_batch(args, device);
@@ -620,7 +615,7 @@ fn bench(args: &Args) -> Result<(), DistributedError> {
     let (rank, size) = (group.rank(), group.size());
     // The agreement check adds one small all_gather per call: off, to time all_sum alone.
     group.set_check(false);
-    let device = MlxDevice::from(args.device);
+    let device = args.device;
     if rank == 0 {
         println!(
             "all_sum of f32 tensors between {size} ranks ({} backend, {} device); algbw = bytes / \

@@ -21,12 +21,6 @@
 
 extern crate burn_core as burn;
 
-#[path = "../examples/train_distributed/ddp.rs"]
-mod ddp;
-#[path = "../examples/train_distributed/model.rs"]
-#[allow(dead_code)] // the Transformer encoder serves the example's benchmark only
-mod model;
-
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, Float, Int, Tensor, TensorData};
@@ -37,9 +31,10 @@ use burn_mlx::distributed::{
     INIT_TIMEOUT_ENV, TIMEOUT_ENV,
 };
 use burn_mlx::{Mlx, MlxDevice, MlxTensor};
+use burn_mlx_distributed::ddp;
+use burn_mlx_models::Mlp;
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use half::{bf16, f16};
-use model::Mlp;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -2,10 +2,10 @@
 //! NCCL (one GPU per rank), like MLX's `mlx.launch` (see `burn_mlx::distributed::launch`).
 //!
 //! ```text
-//! cargo build --release --example train_distributed
-//! cargo run --release --example mlx_launch -- -n 2 target/release/examples/train_distributed
-//! cargo run --release --features cuda --example mlx_launch -- -n 2 --backend nccl \
-//!     target/release/examples/train_distributed --backend nccl --device gpu
+//! cargo build --release -p burn-mlx-distributed --bin train_distributed
+//! cargo run --release -p burn-mlx-distributed --bin mlx_launch -- -n 2 target/release/train_distributed
+//! cargo run --release -p burn-mlx-distributed --features cuda --bin mlx_launch -- -n 2 --backend nccl \
+//!     target/release/train_distributed --backend nccl --device gpu
 //! ```
 //!
 //! For the ring backend it writes a hostfile with free loopback ports and starts each rank with
