@@ -38,7 +38,7 @@ impl Backend for Mlx {
     }
 
     fn seed(_device: &MlxDevice, seed: u64) {
-        crate::ops::base::seed(seed);
+        crate::rng::seed(seed);
     }
 
     fn sync(device: &MlxDevice) -> Result<(), ExecutionError> {

@@ -36,6 +36,7 @@ mod interop;
 mod native;
 mod ops;
 pub mod quant;
+mod rng;
 mod scalar_tape;
 mod tensor;
 mod trace;

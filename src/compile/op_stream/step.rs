@@ -98,7 +98,7 @@ struct Variant {
 ///
 /// burn-fusion finds a block by its relative description, which leaves out shapes, so the same
 /// block serves every batch size (an epoch's smaller last batch, say). The block keeps one
-/// [`Variant`] per recording, up to [`MAX_VARIANTS`], and each run uses the one it fits.
+/// `Variant` per recording, up to `MAX_VARIANTS` (4), and each run uses the one it fits.
 pub struct StepOptimization {
     device: MlxDevice,
     ops: Vec<OperationIr>,

@@ -1,15 +1,14 @@
 //! Tensors made from nothing or from another dtype or device: constants, casts, device moves
-//! and random tensors (with the process-wide random state that `Mlx::seed` sets).
+//! and random tensors (keyed from the process-wide random state in [`crate::rng`]).
 
 use super::{unary, MlxResult};
 use crate::device::MlxDevice;
 use crate::dtype::is_float;
-use crate::native;
+use crate::rng::next_key;
 use crate::tensor::MlxTensor;
 use crate::tensor::{scalar_array, to_i32_shape, OrPanic};
 use burn_backend::{Distribution, Scalar, Shape};
 use mlx_rs::{ops, random, Array, Dtype};
-use std::sync::Mutex;
 
 /// Casts to `dtype` (no-op when it already has it).
 pub(crate) fn cast(t: MlxTensor, dtype: Dtype) -> MlxTensor {
@@ -63,34 +62,6 @@ pub(crate) fn to_device(t: MlxTensor, device: &MlxDevice) -> MlxTensor {
         device: *device,
         ..t
     }
-}
-
-/// The process-wide random state: `Mlx::seed` sets it; every random tensor takes a fresh key.
-static RNG: Mutex<Option<(u64, u64)>> = Mutex::new(None);
-
-/// Seeds the random state of every device.
-pub(crate) fn seed(seed: u64) {
-    *RNG.lock().unwrap_or_else(|p| p.into_inner()) = Some((seed, 0));
-}
-
-/// The next random key (a lazy MLX key array).
-fn next_key() -> Array {
-    native::thread_init();
-    let mut state = RNG.lock().unwrap_or_else(|p| p.into_inner());
-    let (seed, counter) = state.get_or_insert_with(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        (now, 0)
-    });
-    // SplitMix64 of (seed, counter): independent, reproducible keys.
-    let mut z = seed.wrapping_add(counter.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    *counter += 1;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    random::key(z).or_panic("random", &[])
 }
 
 /// Random values of `dtype` drawn from Burn's `distribution`.

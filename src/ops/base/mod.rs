@@ -18,7 +18,7 @@ mod reduce;
 mod sort;
 
 pub(crate) use arith::{int_div_trunc, matmul_add, remainder};
-pub(crate) use create::{cast, cast_array, full, random, seed, to_device, zeros};
+pub(crate) use create::{cast, cast_array, full, random, to_device, zeros};
 pub(crate) use index::{
     gather, gather_nd, mask_fill, mask_where, scatter_add, scatter_nd, select, select_add,
 };
