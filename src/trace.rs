@@ -2,7 +2,8 @@
 //! [`compile`](fn@crate::compile)), and the check that evaluations and data reads make.
 //!
 //! This state has its own module so that `tensor.rs` (which reads it before every evaluation)
-//! and `compile.rs` (which sets it while tracing, and uses tensors) do not import each other.
+//! and `compile/function.rs` (which sets it while tracing, and uses tensors) do not import each
+//! other.
 
 use crate::error::MlxError;
 use std::cell::Cell;
