@@ -1,7 +1,6 @@
 //! The command line of the training example, parsed by clap: every flag, its default and its
 //! `--help` line.
 
-use crate::device_flag::DeviceFlag;
 use burn_mlx::MlxDevice;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
@@ -48,8 +47,8 @@ pub struct Args {
     #[arg(long, value_name = "X", default_value_t = 2e-3)]
     pub lr: f64,
     /// MLX device [default: the GPU when MLX has one, otherwise the CPU].
-    #[arg(long, value_enum)]
-    pub device: Option<DeviceFlag>,
+    #[arg(long, value_name = "cpu|gpu")]
+    pub device: Option<MlxDevice>,
     /// Output directory.
     #[arg(long, value_name = "DIR", default_value = "artifacts/train")]
     pub out: PathBuf,
@@ -83,7 +82,7 @@ fn at_least_one(value: &str) -> Result<usize, String> {
 impl Args {
     /// The MLX device chosen by `--device`, checked to be usable.
     pub fn mlx_device(&self) -> Result<MlxDevice, String> {
-        let device = self.device.map_or_else(MlxDevice::default, MlxDevice::from);
+        let device = self.device.unwrap_or_default();
         device.check().map_err(|e| e.to_string())?;
         Ok(device)
     }

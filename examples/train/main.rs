@@ -28,18 +28,15 @@
 //! `--backend ndarray` loads an MLX-trained model on burn-ndarray), `config.json`,
 //! burn-train's per-epoch checkpoints in `checkpoint/` and its metric logs.
 //!
-//! The files of this folder: `cli.rs` (the flags, parsed by clap; `--device` is
-//! `examples/common/device_flag.rs`), `model.rs` (the CNN), `data.rs` (items and batches),
-//! `shapes.rs` (the generated dataset), `mnist.rs` (the IDX reader), `learner.rs` (training
-//! with burn-train's `Learner`), `progress.rs` (what the training prints) and `predict.rs`
-//! (loading a trained model and classifying).
+//! The files of this folder: `cli.rs` (the flags, parsed by clap), `model.rs` (the CNN),
+//! `data.rs` (items and batches), `shapes.rs` (the generated dataset), `mnist.rs` (the IDX
+//! reader), `learner.rs` (training with burn-train's `Learner`), `progress.rs` (what the training
+//! prints) and `predict.rs` (loading a trained model and classifying).
 
 extern crate burn_core as burn;
 
 mod cli;
 mod data;
-#[path = "../common/device_flag.rs"]
-mod device_flag;
 mod learner;
 mod mnist;
 mod model;
