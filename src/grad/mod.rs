@@ -8,16 +8,17 @@
 //! attention primitives get their fused gradients, and Burn's autodiff bookkeeping is not paid.
 //! On an H100, `gpu_bench`'s four training steps (MLP, CNN, Transformer encoder, decoder LM,
 //! with the same Burn Adam and burn-mlx's automatic fusion) were faster this way than through
-//! `Autodiff<Mlx>` in 33 of 40 process pairs over three leases; by the medians of one lease's 4
-//! rounds 1.43x / 1.12x / 1.03x / 1.17x (`benches/nvidia.md`, "Session 14 runs"). The gradients
-//! agree with Burn's to within 1e-6 of gradients up to 3e-2.
+//! `Autodiff<Mlx>` in 33 of 40 process pairs over three machines; by the medians of one machine's
+//! 4 rounds 1.43x / 1.12x / 1.03x / 1.17x (`benches/nvidia.md`, "2026-11-25 runs at f98fbe1").
+//! The gradients agree with Burn's to within 1e-6 of gradients up to 3e-2.
 //!
 //! [`CompiledTrainer`] goes further: it compiles the whole step (forward, MLX's backward and
 //! Adam, with the step count as an array) with MLX's `compile`, as MLX programs wrap their step
-//! in `mx.compile`, so that later steps replay one traced graph instead of building one. In one
-//! H100 lease it ran the four `gpu_bench` steps 2.58x / 1.66x / 2.29x / 1.37x faster than
+//! in `mx.compile`, so that later steps replay one traced graph instead of building one. On one
+//! H100 it ran the four `gpu_bench` steps 2.58x / 1.66x / 2.29x / 1.37x faster than
 //! PyTorch eager (TF32) by the medians of 3 rounds, and 1.67x / 1.74x / 2.40x / 2.45x faster
-//! than `Autodiff<Mlx>` with fusion (`benches/nvidia.md`, "Session 14 runs", lease C).
+//! than `Autodiff<Mlx>` with fusion (`benches/nvidia.md`, "2026-11-25 runs at f98fbe1", machine
+//! C).
 //!
 //! It works on any Burn [`Module`](burn_core::module::Module) of `Mlx` and any Burn
 //! [`SimpleOptimizer`](burn_optim::SimpleOptimizer) (Adam, AdamW, SGD and the others'
