@@ -5,7 +5,7 @@
 //! script). With the CUDA variant (`DEP_MLX_CUDA=1`), libmlx's own CUDA dependencies are left for
 //! the loader (the build machine need not have a GPU driver), and the folders listed in
 //! `BURN_MLX_CUDA_LIBS` at build time go on the rpath. A crate of yours that uses the `cuda`
-//! feature needs the same two lines in its build script (see the README).
+//! feature needs the same two lines in its build script (docs/cuda.md).
 fn main() {
     for var in ["DEP_MLX_CUDA", "DEP_MLX_CUDA_LIBS"] {
         println!("cargo:rerun-if-env-changed={var}");

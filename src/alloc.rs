@@ -4,7 +4,7 @@
 //! MLX's evaluation allocate and free thousands of small objects per step, in Rust and in MLX's
 //! C++. jemalloc's symbols are unprefixed, so the `malloc` and `free` that `libmlx.so` calls
 //! resolve to it as well as Rust's allocations (through [`GLOBAL`]). The measurements behind the
-//! feature, and why it is not on by default, are in the README ("Allocator").
+//! feature, and why it is not on by default, are in docs/performance.md ("Allocator").
 
 /// Rust's allocations go to jemalloc; this also links jemalloc's `malloc` into the binary.
 #[global_allocator]

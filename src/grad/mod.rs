@@ -6,19 +6,17 @@
 //! them from. This module differentiates the MLX graph that Burn's forward pass on plain `Mlx`
 //! builds, with MLX's own rules (`mlx::core::value_and_grad`): MLX's softmax, log-sum-exp and
 //! attention primitives get their fused gradients, and Burn's autodiff bookkeeping is not paid.
-//! On an H100, `gpu_bench`'s four training steps (MLP, CNN, Transformer encoder, decoder LM,
-//! with the same Burn Adam and burn-mlx's automatic fusion) were faster this way than through
-//! `Autodiff<Mlx>` in 33 of 40 process pairs over three machines; by the medians of one machine's
-//! 4 rounds 1.43x / 1.12x / 1.03x / 1.17x (`benches/nvidia.md`, "2026-11-25 runs at f98fbe1").
+//! `gpu_bench --mlx-autodiff` measures its four training steps (MLP, CNN, Transformer encoder,
+//! decoder LM, with the same Burn Adam and automatic fusion) this way and through
+//! `Autodiff<Mlx>`; docs/training.md gives the H100 figures (2026-11-25), where this path was
+//! the faster one for all four steps by the medians.
 //! The gradients agree with Burn's to within 1e-6 of gradients up to 3e-2.
 //!
 //! [`CompiledTrainer`] goes further: it compiles the whole step (forward, MLX's backward and
 //! Adam, with the step count as an array) with MLX's `compile`, as MLX programs wrap their step
-//! in `mx.compile`, so that later steps replay one traced graph instead of building one. On one
-//! H100 it ran the four `gpu_bench` steps 2.58x / 1.66x / 2.29x / 1.37x faster than
-//! PyTorch eager (TF32) by the medians of 3 rounds, and 1.67x / 1.74x / 2.40x / 2.45x faster
-//! than `Autodiff<Mlx>` with fusion (`benches/nvidia.md`, "2026-11-25 runs at f98fbe1", machine
-//! C).
+//! in `mx.compile`, so that later steps replay one traced graph instead of building one. On an
+//! H100 (2026-11-25, `gpu_bench --mlx-autodiff`; docs/training.md) it ran the four steps faster
+//! than both PyTorch eager (TF32) and `Autodiff<Mlx>`, by the medians of 3 rounds.
 //!
 //! It works on any Burn [`Module`](burn_core::module::Module) of `Mlx` and any Burn
 //! [`SimpleOptimizer`](burn_optim::SimpleOptimizer) (Adam, AdamW, SGD and the others'

@@ -416,7 +416,7 @@ case_ad!(ctc_loss_grads, 8.0, |ctx| {
 
 case_ad!(ctc_loss_grads_long_repeated, 8.0, |ctx| {
     // Burn's composed CTC runs its alpha recursion in the tensor's dtype; `Mlx` runs both CTC
-    // recursions in f32 for half inputs (src/ops/ctc.rs), so the only half roundings left are
+    // recursions in f32 for half inputs (src/ops/module/ctc.rs), so the only half roundings left are
     // log_softmax's output, the loss and gradient outputs and log_softmax's backward: k = 8,
     // over 48 time steps, with repeated labels (no skip transition) and mixed lengths.
     let logits = ctx.f([48, 3, 6], (-2.0, 2.0)).require_grad();

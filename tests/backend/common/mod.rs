@@ -1048,7 +1048,7 @@ impl Failures {
             return;
         }
         if idt == DType::I64 && on_gpu() && self.name.contains("scatter") {
-            // MLX's CUDA scatter has no int64 (MLX 0.32.2): a clear error, listed in the README.
+            // MLX's CUDA scatter has no int64 (MLX 0.32.2): a clear error, listed in docs/cuda.md.
             return;
         }
         let tol = device_tol(&self.name, fdt, tol);
@@ -1071,7 +1071,7 @@ impl Failures {
             return;
         }
         if idt == DType::I64 && on_gpu() && self.name.contains("scatter") {
-            // MLX's CUDA scatter has no int64 (MLX 0.32.2): a clear error, listed in the README.
+            // MLX's CUDA scatter has no int64 (MLX 0.32.2): a clear error, listed in docs/cuda.md.
             return;
         }
         let tol = device_tol(&self.name, fdt, tol);
