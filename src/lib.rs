@@ -36,7 +36,7 @@
 //!
 //! Where to go next:
 //! - training faster with MLX's own autodiff: [`grad`]; the ways MLX compiles graphs:
-//!   [`compile`]; data-parallel training: [`distributed`]; quantized weights: [`quant`];
+//!   [`compile`](mod@compile); data-parallel training: [`distributed`]; quantized weights: [`quant`];
 //! - the README (the two commands, using burn-mlx from your crate with its one `[patch]` line,
 //!   platforms, results) and `docs/` (architecture, CUDA, LLM inference, performance).
 //!
