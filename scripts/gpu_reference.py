@@ -9,7 +9,7 @@
 
 Usage (needs `mlx` with `mlx-cuda-13` 0.32.2, and torch with CUDA, in the same Python):
 
-    cargo run --release --features cuda --example gpu_bench -- --json burn.json
+    cargo run --release -p burn-mlx-bench --features cuda --bin gpu_bench -- --json burn.json
     peers/burn-cuda/target/release/burn-cuda-peer --json burn-cuda.json     # optional
     python3 scripts/gpu_reference.py burn.json burn-cuda.json > table.md
 

@@ -14,7 +14,7 @@ command -v perf >/dev/null || { echo "profile_cpu.sh: perf is missing (apt-get i
 ids=("$@")
 [ ${#ids[@]} -gt 0 ] || ids=(elementwise_chain_1m/mlx softmax_1024/mlx train_mlp_f32/mlx train_transformer/mlx)
 secs=${PROFILE_SECS:-6}
-cargo bench --bench backends --no-run 2>/dev/null
+cargo bench -p burn-mlx-bench --bench backends --no-run 2>/dev/null
 bin=$(ls -t target/release/deps/backends-* | grep -v '\.d$' | head -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
