@@ -33,7 +33,6 @@ use std::process::Command;
 use burn_mlx_cache as fetch;
 
 /// The forwarding library that gives the MLX wheel OpenBLAS (Linux).
-#[path = "blas.rs"]
 mod blas;
 
 /// The MLX release mlx-c 0.7.0 is written against. Other versions do not compile with it.
