@@ -11,7 +11,7 @@
 //!
 //! Burn's `GradientsParams` (burn-optim) holds gradients by parameter id with the tensor rank as
 //! a type parameter, so the glue that takes them out in the module's order and puts the
-//! averages back is a `ModuleVisitor`; `examples/train_distributed/ddp.rs` has it (about 60
+//! averages back is a `ModuleVisitor`; `crates/burn-mlx-distributed/src/ddp.rs` has it (about 60
 //! lines) and shows its use in a hand-written loop and in burn-train's `TrainStep`.
 
 use super::collectives::{bits_dtype, describe, shape_text, OpCode};

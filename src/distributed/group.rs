@@ -392,7 +392,7 @@ fn check_environment(backend: CommBackend) -> Result<Option<RingConfig>, Distrib
         hint: hint.into(),
     };
     let launcher_hint = "Start the ranks with the launcher (burn_mlx::distributed::launch, or \
-                         `cargo run --release --example mlx_launch -- -n 2 <program>`), which \
+                         `cargo run --release -p burn-mlx-distributed --bin mlx_launch -- -n 2 <program>`), which \
                          sets both; or use CommBackend::Any to run as a single process";
     match backend {
         CommBackend::Nccl => {

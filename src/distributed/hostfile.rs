@@ -106,7 +106,7 @@ impl Hostfile {
             problem,
             hint: "MLX_HOSTFILE must name a JSON file with one list of \"ip:port\" addresses \
                    per rank, for example [[\"127.0.0.1:5000\"], [\"127.0.0.1:5001\"]]; the \
-                   launcher (burn_mlx::distributed::launch, or `cargo run --example mlx_launch`) \
+                   launcher (burn_mlx::distributed::launch, or `cargo run -p burn-mlx-distributed --bin mlx_launch`) \
                    writes one"
                 .into(),
         };

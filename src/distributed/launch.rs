@@ -5,12 +5,13 @@
 //! `CUDA_VISIBLE_DEVICES` (rank r gets the r-th GPU: the r-th entry of the launcher's own
 //! `CUDA_VISIBLE_DEVICES` when that is set, else GPU r). Either way it forwards each rank's
 //! output with a `[rank r]` prefix, stops the other ranks when one fails, and bounds the whole
-//! run in time. The `mlx_launch` example is its command line:
+//! run in time. The `mlx_launch` program (crates/burn-mlx-distributed) is its
+//! command line:
 //!
 //! ```text
-//! cargo run --release --example mlx_launch -- -n 2 target/release/examples/train_distributed
-//! cargo run --release --features cuda --example mlx_launch -- -n 2 --backend nccl \
-//!     target/release/examples/train_distributed --backend nccl --device gpu
+//! cargo run --release -p burn-mlx-distributed --bin mlx_launch -- -n 2 target/release/train_distributed
+//! cargo run --release -p burn-mlx-distributed --features cuda --bin mlx_launch -- -n 2 --backend nccl \
+//!     target/release/train_distributed --backend nccl --device gpu
 //! ```
 //!
 //! # Several machines

@@ -17,15 +17,15 @@
 //! - [`GradientAllReduce`](crate::distributed::GradientAllReduce) averages a model's gradients in a few bucketed collectives, for
 //!   data-parallel training;
 //! - [`launch()`](crate::distributed::launch::launch) starts `n` local ranks with a generated hostfile (the
-//!   `mlx_launch` example is its command line), and documents the variables for several hosts.
+//!   `mlx_launch` program of crates/burn-mlx-distributed is its command line), and documents the variables for several hosts.
 //!
 //! ```no_run
 //! use burn_mlx::distributed::{self, CommBackend};
 //! use burn_mlx::{Mlx, MlxDevice};
 //! use burn_tensor::Tensor;
 //!
-//! // `cargo run --example mlx_launch -- -n 2 <this program>` starts two ranks; started alone,
-//! // the program is rank 0 of 1 and the collectives return their input.
+//! // `cargo run -p burn-mlx-distributed --bin mlx_launch -- -n 2 <this program>` starts two
+//! // ranks; started alone, the program is rank 0 of 1 and the collectives return their input.
 //! let group = distributed::init(CommBackend::Any)?;
 //! let x = Tensor::<Mlx, 1>::from_floats([group.rank() as f32], &MlxDevice::Cpu);
 //! let everyone = group.all_gather(x)?; // [0, 1, ..., n - 1] on every rank
