@@ -43,14 +43,22 @@ fn matmul_and_sum_through_mlx_c() {
         let b = array(&[5.0, 6.0, 7.0, 8.0], &[2, 2]);
 
         let mut product = mlx_array_new();
-        assert_eq!(mlx_matmul(&mut product, a, b, stream), 0, "mlx_matmul failed");
+        assert_eq!(
+            mlx_matmul(&mut product, a, b, stream),
+            0,
+            "mlx_matmul failed"
+        );
         assert_eq!(values(product), [19.0, 22.0, 43.0, 50.0]);
         assert_eq!(mlx_array_ndim(product), 2);
         let shape = std::slice::from_raw_parts(mlx_array_shape(product), 2);
         assert_eq!(shape, [2, 2]);
 
         let mut sum = mlx_array_new();
-        assert_eq!(mlx_sum(&mut sum, product, false, stream), 0, "mlx_sum failed");
+        assert_eq!(
+            mlx_sum(&mut sum, product, false, stream),
+            0,
+            "mlx_sum failed"
+        );
         let mut total = 0f32;
         assert_eq!(mlx_array_item_float32(&mut total, sum), 0);
         assert_eq!(total, 134.0);

@@ -101,7 +101,8 @@ impl Hostfile {
 
     /// Reads and checks the hostfile at `path` (the value of `MLX_HOSTFILE`).
     pub fn read(path: &Path) -> Result<Self, DistributedError> {
-        let config = |problem: String| DistributedError::Config {
+        let config = |problem: String| {
+            DistributedError::Config {
             backend: "ring".into(),
             problem,
             hint: "MLX_HOSTFILE must name a JSON file with one list of \"ip:port\" addresses \
@@ -109,6 +110,7 @@ impl Hostfile {
                    launcher (burn_mlx::distributed::launch, or `cargo run -p burn-mlx-distributed --bin mlx_launch`) \
                    writes one"
                 .into(),
+        }
         };
         let text = std::fs::read_to_string(path).map_err(|e| {
             config(format!(
