@@ -1,5 +1,5 @@
-//! burn-mlx's download cache for pinned wheels (Linux): where the cache lives, downloading a
-//! pinned wheel with pip, verifying it against a pinned sha256, unpacking it, checking it, and
+//! burn-mlx's build support. Mostly the download cache for pinned wheels (Linux): where the cache
+//! lives, downloading a pinned wheel with pip, verifying it against a pinned sha256, unpacking it, checking it, and
 //! pointing the MLX wheel's BLAS at OpenBLAS.
 //!
 //! Plain functions that return `Result<_, String>`; the error strings are complete messages for
@@ -26,6 +26,11 @@
 //!
 //! `scripts/pin_wheels.sh` downloads the pinned wheels and prints their hashes, to update the
 //! pins when a version changes.
+//!
+//! [`link`] holds the link settings that crates linking MLX's CUDA variant print from their build
+//! scripts.
+
+pub mod link;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
