@@ -15,7 +15,7 @@
 //!   as MLX Python does, and a watchdog thread, started with the group, watches the collective
 //!   in flight. It costs nothing per collective (the caller records the start in a mutex; the
 //!   watchdog wakes every 250 ms, or at the deadline). When the timeout passes, the watchdog
-//!   shuts this process's ring connections down: MLX's waiting evaluation then fails, releases
+//!   shuts this process's ring connections down: MLX's waiting evaluation then fails, lets go of
 //!   the stream and the evaluation lock, and the collective fails with
 //!   [`DistributedError::Timeout`]; the process can save its work or exit normally. Should MLX
 //!   still not return 10 s later (never seen), the watchdog prints the error and ends the
@@ -681,7 +681,7 @@ impl Group {
             Err(_) => {
                 let closed = self.abort_connections();
                 // Once the connections are closed, MLX's evaluation fails within milliseconds
-                // and releases the stream; wait for that so the process can go on.
+                // and lets go of the stream; wait for that so the process can go on.
                 let released = closed > 0 && rx.recv_timeout(RELEASE_WAIT).is_ok();
                 let hint = if released {
                     released_hint(closed)

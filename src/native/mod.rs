@@ -133,7 +133,7 @@ pub(crate) fn device_available(kind: DeviceType) -> bool {
     }
 }
 
-/// Releases the buffers MLX keeps cached for reuse.
+/// Frees the buffers MLX keeps cached for reuse.
 pub(crate) fn clear_cache() {
     init();
     // SAFETY: no arguments; MLX synchronizes its allocator internally.

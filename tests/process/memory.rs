@@ -101,7 +101,7 @@ fn training_memory_is_stable() {
 }
 
 #[test]
-fn memory_cleanup_releases_the_cache() {
+fn memory_cleanup_frees_the_cache() {
     let _serial = crate::one_at_a_time();
     // Build and evaluate some large intermediates, then drop everything.
     {

@@ -1,7 +1,7 @@
 //! `--host-build`: the host time of building one training step's lazy graph, by phase, with
 //! nothing evaluated. On a GPU this time is spent before the device gets any work; it is the part
 //! of a step that an evaluation-time pass (burn-mlx's fusion) cannot remove (docs/fusion.md,
-//! "Issue 19's table in one lease").
+//! "The table in one machine, and where a step's graph-building time goes").
 
 use crate::AD;
 use burn::module::AutodiffModule;
