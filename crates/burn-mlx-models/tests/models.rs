@@ -63,8 +63,10 @@ fn workloads_are_selected_by_their_first_word() {
     assert!(err.contains("resnet"), "{err}");
 }
 
+/// `Workloads::run` runs exactly the selected workloads and reports each one's measured time
+/// (no speed is asserted: timings belong in `gpu_bench`).
 #[test]
-fn mlp_training_step_is_timed() {
+fn run_reports_only_the_selected_workload() {
     let workloads = Workloads::<Autodiff<B>>::new(&DEVICE);
     let mut results = Vec::new();
     workloads.run(
@@ -78,5 +80,8 @@ fn mlp_training_step_is_timed() {
     );
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].0, steps::MLP);
-    assert!(results[0].1 > 0.0);
+    assert!(
+        results[0].1.is_finite() && results[0].1 > 0.0,
+        "{results:?}"
+    );
 }
