@@ -3,17 +3,16 @@
 //! The bench binary (`main.rs`) runs every workload through criterion; this module then reads
 //! criterion's estimates (`<criterion dir>/<workload>/<backend>/new/estimates.json`, the median's
 //! point estimate in nanoseconds), writes the table and the notes, keeps everything of the old
-//! `BENCHMARKS.md` below [`HAND_KEPT`] as it is (on a first run: appends `benches/cpu_profile.md`,
-//! `benches/llm.md`, `benches/nvidia.md` and `benches/distributed.md` there), and has
-//! [`plot`](super::plot) draw `benches/plot.svg`.
+//! `BENCHMARKS.md` below [`HAND_KEPT`] as it is (`scripts/benchmarks_md.py` generates that part
+//! from `benches/*.md`), and has [`plot`](super::plot) draw `benches/plot.svg`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The line of `BENCHMARKS.md` below which a run changes nothing: the sections there (measured
-/// by other commands, on other machines, or summarized by hand) are kept as they are.
-pub const HAND_KEPT: &str = "<!-- cargo bench rewrites only what is above this line; the sections \
-                             below it are kept by hand. -->";
+/// The line of `BENCHMARKS.md` below which a run changes nothing: the records measured by other
+/// commands, which `scripts/benchmarks_md.py` generates from `benches/*.md`.
+pub const HAND_KEPT: &str = "<!-- cargo bench rewrites only what is above this line; \
+                             scripts/benchmarks_md.py generates what is below it. -->";
 
 /// The implementations compared, as `(criterion function id, column title)`, `Mlx` first.
 /// `mlx-compiled` is Burn on `Mlx` with the workload's function compiled by
@@ -279,8 +278,8 @@ pub fn write_report(
          AVX2, no FMA): its elementwise ops and reductions run on one thread, and its \
          transcendental functions are scalar code (`exp` calls libm's `fmaf` once per \
          polynomial term). burn-mlx runs float32 `exp`, `tanh`, `erf`, `sigmoid` and softmax on \
-         the CPU through vectorized kernels of its own (`mlx-sys/fast_unary.cpp`, README \
-         \"How it is built\"), so in the elementwise-chain and softmax rows the raw mlx-rs \
+         the CPU through vectorized kernels of its own (`mlx-sys/fast_unary.cpp`, \
+         docs/build.md), so in the elementwise-chain and softmax rows the raw mlx-rs \
          column, which calls MLX's kernels, times MLX's scalar code rather than Burn's \
          overhead. Burn's Flex backend runs ops vectorized on both cores. GEMMs go to OpenBLAS.\n",
     );
@@ -288,43 +287,19 @@ pub fn write_report(
     md.push_str(HAND_KEPT);
     md.push('\n');
     let md_path = root.join("BENCHMARKS.md");
-    // Sections kept by hand below the marker survive the run unchanged; a file without the
-    // marker gets the hand-kept files below.
+    // The generated records below the marker survive the run unchanged; without them, the
+    // report says how to add them.
     let kept = std::fs::read_to_string(&md_path)
         .ok()
         .and_then(|old| old.split_once(HAND_KEPT).map(|(_, kept)| kept.to_string()));
     match kept {
         Some(kept) => md.push_str(kept.strip_prefix('\n').unwrap_or(&kept)),
-        None => append_hand_kept_files(root, &mut md),
+        None => md.push_str(
+            "\nThe records of other commands are missing: run `python3 scripts/benchmarks_md.py`.\n",
+        ),
     }
     std::fs::write(&md_path, md)?;
     let svg_path = root.join("benches").join("plot.svg");
     std::fs::write(&svg_path, super::plot::ratio_chart(workloads, &times)?)?;
     Ok((md_path, svg_path))
-}
-
-/// Appends the sections measured by other commands (`benches/*.md`) to a report that has none.
-fn append_hand_kept_files(root: &Path, md: &mut String) {
-    // The perf breakdown of `scripts/profile_cpu.sh`, when it has been run.
-    if let Ok(profile) = std::fs::read_to_string(root.join("benches").join("cpu_profile.md")) {
-        md.push('\n');
-        md.push_str(&profile);
-    }
-    // The LLM example's CPU runs (`scripts/llm_cpu_compare.py`, `llm --bench`), kept by hand:
-    // each runner is a separate process, which criterion does not time.
-    if let Ok(llm) = std::fs::read_to_string(root.join("benches").join("llm.md")) {
-        md.push('\n');
-        md.push_str(&llm);
-    }
-    // Results measured elsewhere (the NVIDIA run of `examples/gpu_bench.rs`), kept by hand.
-    if let Ok(gpu) = std::fs::read_to_string(root.join("benches").join("nvidia.md")) {
-        md.push('\n');
-        md.push_str(&gpu);
-    }
-    // The distributed benchmarks (`scripts/allsum_compare.sh`, `scripts/distributed_steps.sh`),
-    // kept by hand: they start several processes, which criterion does not.
-    if let Ok(dist) = std::fs::read_to_string(root.join("benches").join("distributed.md")) {
-        md.push('\n');
-        md.push_str(&dist);
-    }
 }
