@@ -57,6 +57,7 @@ fn main() {
     println!("cargo:rerun-if-changed=blas_gemv.c");
     println!("cargo:rerun-if-changed=exit_guard.cpp");
     println!("cargo:rerun-if-changed=fusion.cpp");
+    println!("cargo:rerun-if-changed=export.cpp");
     println!("cargo:rerun-if-changed=fast_unary.cpp");
     println!("cargo:rerun-if-changed=bindings");
 
@@ -267,7 +268,8 @@ mod macos {
             .define("MLX_BUILD_ACCELERATE", on_off(accelerate))
             .define("CMAKE_INSTALL_PREFIX", ".")
             .build();
-        // burn-mlx's automatic fusion pass (fusion.cpp), against the MLX sources CMake fetched
+        // burn-mlx's automatic fusion pass (fusion.cpp) and function files (export.cpp), against
+        // the MLX sources CMake fetched
         // (not built on a Mac by this project's CI; the Linux build compiles the same file).
         cc::Build::new()
             .cpp(true)
@@ -275,6 +277,7 @@ mod macos {
             .include(mlx_c)
             .include(dst.join("build/_deps/mlx-src"))
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fusion.cpp"))
+            .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("export.cpp"))
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fast_unary.cpp"))
             // For fast_unary.cpp's loops, as on Linux (below).
             .opt_level(3)
@@ -441,12 +444,13 @@ mod linux {
             .filter(|p| p.extension().is_some_and(|x| x == "cpp"))
             .collect();
         sources.sort();
-        // burn-mlx's own C++: the terminate handler for MLX's CUDA teardown at exit, and the
-        // automatic fusion of recurring graphs at evaluation (the CPU kernels of
-        // fast_unary.cpp are compiled below, at -O3).
+        // burn-mlx's own C++: the terminate handler for MLX's CUDA teardown at exit, the
+        // automatic fusion of recurring graphs at evaluation, and the function-file export and
+        // import (the CPU kernels of fast_unary.cpp are compiled below, at -O3).
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         sources.push(here.join("exit_guard.cpp"));
         sources.push(here.join("fusion.cpp"));
+        sources.push(here.join("export.cpp"));
         let mut build = cc::Build::new();
         build
             .cpp(true)

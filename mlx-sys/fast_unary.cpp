@@ -39,6 +39,9 @@
 
 namespace mx = mlx::core;
 
+// Whether this thread is tracing a function for an MLX function file (`export.cpp`).
+extern "C" bool burn_mlx_in_export();
+
 namespace {
 
 enum class FastOp : int { Exp = 0, Tanh = 1, Erf = 2, Sigmoid = 3 };
@@ -394,8 +397,10 @@ bool fast_unary_enabled() {
 
 // Whether `x` on `stream` takes the fast kernels: float32 on a CPU stream, unless turned off.
 bool takes_fast_path(const mx::array& x, const mx::Stream& stream) {
+  // A graph traced for export must hold only MLX's own primitives: the file is run by MLX
+  // builds that do not have this one.
   return stream.device == mx::Device::cpu && x.dtype() == mx::float32 &&
-      fast_unary_enabled();
+      fast_unary_enabled() && !burn_mlx_in_export();
 }
 
 // The message of the last exception caught by the C entries below, on this thread.

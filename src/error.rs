@@ -44,6 +44,16 @@ pub enum MlxError {
         /// The bytes of memory and swap the machine has.
         available: u64,
     },
+    /// A file could not be written or read, or is not what the operation expects.
+    #[error("`{op}` {path}: {message}")]
+    File {
+        /// The operation.
+        op: String,
+        /// The file.
+        path: String,
+        /// What went wrong, and what to do.
+        message: String,
+    },
     /// The requested device is not available in this build or on this machine.
     #[error("device {device} is not available: {hint}")]
     Device {

@@ -55,6 +55,7 @@ mod device;
 pub mod distributed;
 mod dtype;
 mod error;
+pub mod export;
 pub mod fast;
 pub mod grad;
 mod graph;

@@ -1,5 +1,6 @@
 //! Whether this thread is inside an MLX trace (a function being compiled by
-//! [`compile`](fn@crate::compile)), and the check that evaluations and data reads make.
+//! [`compile`](fn@crate::compile) or written to a file by [`crate::export`]), and the check that
+//! evaluations and data reads make.
 //!
 //! This state has its own module so that `tensor.rs` (which reads it before every evaluation)
 //! and `compile/function.rs` (which sets it while tracing, and uses tensors) do not import each
@@ -20,9 +21,10 @@ pub(crate) fn check_not_tracing(op: &str) -> Result<(), MlxError> {
     if is_tracing() {
         return Err(MlxError::Mlx {
             op: op.into(),
-            message: "values cannot be read or evaluated inside a function passed to \
-                      burn_mlx::compile / compile_float; return the tensor from the function and \
-                      evaluate the result instead"
+            message: "values cannot be read or evaluated inside a function that MLX traces \
+                      (burn_mlx::compile, compile_float, or export): return the tensor from the \
+                      function and evaluate the result instead, and keep decisions that depend \
+                      on tensor values out of the traced function"
                 .into(),
         });
     }

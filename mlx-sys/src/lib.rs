@@ -84,3 +84,53 @@ unsafe extern "C" {
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }
+
+/// The traced function of [`burn_mlx_export_function`]: called with `n` input handles, which it
+/// owns, and a vector to append its outputs to; returns 0, or non-zero if it failed.
+pub type burn_mlx_export_callback = unsafe extern "C" fn(
+    payload: *mut ::std::os::raw::c_void,
+    inputs: *const mlx_array,
+    n: usize,
+    outputs: mlx_vector_array,
+) -> ::std::os::raw::c_int;
+
+unsafe extern "C" {
+    /// burn-mlx's addition (`export.cpp`, compiled into libmlxc): traces `fun` once for each of
+    /// `n_signatures` input lists (back to back in `args`, `counts[i]` long each) and writes the
+    /// traces, with the arrays they capture, and `metadata` to the MLX function file `file`.
+    /// Returns 0, or 1 with the message written to `err`.
+    pub fn burn_mlx_export_function(
+        file: *const ::std::os::raw::c_char,
+        fun: burn_mlx_export_callback,
+        payload: *mut ::std::os::raw::c_void,
+        args: *const mlx_array,
+        counts: *const usize,
+        n_signatures: usize,
+        shapeless: bool,
+        metadata: *const ::std::os::raw::c_char,
+        err: *mut ::std::os::raw::c_char,
+        err_len: usize,
+    ) -> ::std::os::raw::c_int;
+    /// Reads an MLX function file: an owned handle, or null with the message written to `err`.
+    pub fn burn_mlx_import_function(
+        file: *const ::std::os::raw::c_char,
+        err: *mut ::std::os::raw::c_char,
+        err_len: usize,
+    ) -> *mut ::std::os::raw::c_void;
+    /// Frees a handle from [`burn_mlx_import_function`].
+    pub fn burn_mlx_imported_function_free(function: *mut ::std::os::raw::c_void);
+    /// The metadata string of an imported function, valid while its handle lives.
+    pub fn burn_mlx_imported_function_metadata(
+        function: *mut ::std::os::raw::c_void,
+    ) -> *const ::std::os::raw::c_char;
+    /// Applies an imported function to `n` inputs, writing a new vector of its outputs to `out`.
+    /// Returns 0, or 1 with the message written to `err` (no signature matches the inputs).
+    pub fn burn_mlx_imported_function_call(
+        function: *mut ::std::os::raw::c_void,
+        args: *const mlx_array,
+        n: usize,
+        out: *mut mlx_vector_array,
+        err: *mut ::std::os::raw::c_char,
+        err_len: usize,
+    ) -> ::std::os::raw::c_int;
+}

@@ -13,6 +13,7 @@
 //! - [`fusion`]: the evaluation entry that runs graphs through the automatic compile pass
 //!   ([`crate::compile::auto`]), and that pass's settings and counters;
 //! - [`dot`]: MLX's DOT export of a pending graph (for [`crate::pending_primitives`]);
+//! - [`export`]: MLX function files, written and read (for [`crate::export`]);
 //! - [`distributed`]: mlx-c's distributed groups and collectives (for [`crate::distributed`]).
 //!
 //! Every `unsafe` block says in a `// SAFETY:` comment why the call is sound: which handles are
@@ -21,6 +22,7 @@
 mod array;
 pub(crate) mod distributed;
 pub(crate) mod dot;
+pub(crate) mod export;
 pub(crate) mod fusion;
 
 pub(crate) use array::{
