@@ -476,3 +476,43 @@ impl MlxFunction {
         O::from_tensors(outputs, "output")
     }
 }
+
+/// Saves example inputs and the outputs they should give to the safetensors file `path`, as
+/// `input.0`, `input.1`, … and `output.0`, …: the reference that a deployment of an exported
+/// function is checked against (`scripts/check_mlxfn.py` runs the function in MLX Python on the
+/// inputs and compares the outputs).
+pub fn save_examples(
+    path: impl AsRef<Path>,
+    inputs: &[MlxTensor],
+    outputs: &[MlxTensor],
+) -> Result<(), MlxError> {
+    let path = path.as_ref();
+    let named = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("input.{i}"), t))
+        .chain(
+            outputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("output.{i}"), t)),
+        );
+    let mut arrays = Vec::new();
+    for (name, t) in named {
+        if t.quant.is_some() {
+            return Err(MlxError::Dtype {
+                op: "save_examples".into(),
+                dtype: format!("quantized ({name})"),
+                hint: "dequantize it first".into(),
+            });
+        }
+        t.eval()?;
+        arrays.push((name, t.array.clone()));
+    }
+    let _guard = crate::tensor::eval_lock();
+    Array::save_safetensors(arrays, None, path).map_err(|e| MlxError::File {
+        op: "save_examples".into(),
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}

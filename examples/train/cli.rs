@@ -68,6 +68,11 @@ pub struct Args {
     /// classify new images.
     #[arg(long, value_name = "DIR")]
     pub predict: Option<PathBuf>,
+    /// After training (or with --predict), write the model's forward pass to FILE as an MLX
+    /// function file (.mlxfn) that MLX Python, C++ and Swift load, plus reference images and
+    /// logits beside it (FILE with extension .examples.safetensors).
+    #[arg(long, value_name = "FILE")]
+    pub export: Option<PathBuf>,
 }
 
 /// Parses a count that must be at least 1 (epochs, batch size, dataset sizes).

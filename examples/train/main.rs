@@ -7,6 +7,7 @@
 //! cargo run --release --example train -- --dataset mnist --data-dir ~/data/mnist
 //! cargo run --release --example train -- --predict ./artifacts/train   # load and predict only
 //! cargo run --release --example train -- --predict ./artifacts/train --backend ndarray
+//! cargo run --release --example train -- --export cnn.mlxfn   # also write an MLX function file
 //! ```
 //!
 //! With the defaults (5 epochs of 12 000 images, batch 64, Adam at 0.002) the model reaches
@@ -26,10 +27,12 @@
 //! Outputs in `--out` (default `./artifacts/train`): `model.mpk` (the trained weights, a
 //! full-precision named MessagePack record that loads on any Burn backend: `--predict` with
 //! `--backend ndarray` loads an MLX-trained model on burn-ndarray), `config.json`,
-//! burn-train's per-epoch checkpoints in `checkpoint/` and its metric logs.
+//! burn-train's per-epoch checkpoints in `checkpoint/` and its metric logs. `--export FILE`
+//! also writes the trained model's forward pass as an MLX function file for MLX Python, C++ and
+//! Swift (see docs/export.md), with reference images and logits beside it.
 //!
 //! The files of this folder: `cli.rs` (the flags, parsed by clap), `model.rs` (the CNN),
-//! `data.rs` (items and batches), `shapes.rs` (the generated dataset), `mnist.rs` (the IDX
+//! `data.rs` (items and batches), `export.rs` (the MLX function file), `shapes.rs` (the generated dataset), `mnist.rs` (the IDX
 //! reader), `learner.rs` (training with burn-train's `Learner`), `progress.rs` (what the training
 //! prints) and `predict.rs` (loading a trained model and classifying).
 
@@ -37,6 +40,7 @@ extern crate burn_core as burn;
 
 mod cli;
 mod data;
+mod export;
 mod learner;
 mod mnist;
 mod model;
@@ -75,7 +79,13 @@ fn run<B: AutodiffBackend>(
     backend_name: &str,
 ) -> Result<(), String> {
     match &args.predict {
-        Some(dir) => predict::predict_from_checkpoint::<B::InnerBackend>(dir, &device, args.seed),
-        None => learner::train::<B>(args, device, backend_name),
+        Some(dir) => predict::predict_from_checkpoint::<B::InnerBackend>(dir, &device, args.seed)?,
+        None => learner::train::<B>(args, device, backend_name)?,
     }
+    if let Some(file) = &args.export {
+        // The checkpoint is backend-neutral: a model trained on any backend exports through Mlx.
+        let dir = args.predict.as_deref().unwrap_or(&args.out);
+        export::export_checkpoint(dir, file, args, args.mlx_device()?)?;
+    }
+    Ok(())
 }

@@ -1,0 +1,109 @@
+//! `--export FILE`: the trained CNN as an MLX function file, which MLX Python
+//! (`mx.import_function`), MLX C++ and mlx-swift run without Burn; beside it, reference inputs
+//! and logits to check a deployment against (`scripts/check_mlxfn.py`).
+
+use crate::cli::Args;
+use crate::data::{ImageBatch, ImageBatcher, SIDE};
+use crate::learner::{recorder, TrainingConfig};
+use crate::mnist::load_mnist;
+use crate::model::Cnn;
+use crate::shapes::{generate_validation_shapes, SHAPE_NAMES};
+use burn::config::Config;
+use burn::data::dataloader::batcher::Batcher;
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn_mlx::export::{export, save_examples, ExportOptions, MlxFunction};
+use burn_mlx::{Mlx, MlxDevice};
+use std::path::{Path, PathBuf};
+
+/// How many validation images the reference file holds (and the second exported batch size).
+const CHECK_IMAGES: usize = 100;
+
+/// The reference file written beside `file`: `model.mlxfn` → `model.examples.safetensors`.
+pub fn examples_path(file: &Path) -> PathBuf {
+    file.with_extension("examples.safetensors")
+}
+
+/// Loads `dir/model.mpk` on `Mlx`, writes its forward pass to `file` for batches of 1 and of
+/// [`CHECK_IMAGES`] images, reads the file back and checks it against the model on the
+/// validation images, and saves those images and logits beside it.
+pub fn export_checkpoint(
+    dir: &Path,
+    file: &Path,
+    args: &Args,
+    device: MlxDevice,
+) -> Result<(), String> {
+    let config = TrainingConfig::load(dir.join("config.json"))
+        .map_err(|e| format!("reading {}: {e}", dir.join("config.json").display()))?;
+    let model: Cnn<Mlx> = config
+        .model
+        .init(&device)
+        .load_file(dir.join("model"), &recorder(), &device)
+        .map_err(|e| format!("loading {}: {e}", dir.join("model.mpk").display()))?;
+    let n = CHECK_IMAGES.min(config.valid_size);
+    let items = if config.dataset == "mnist" {
+        let data_dir = args
+            .data_dir
+            .as_deref()
+            .ok_or("--export of an MNIST model needs --data-dir for its validation images")?;
+        load_mnist(data_dir, "t10k", n)?
+    } else {
+        generate_validation_shapes(n, config.seed)
+    };
+    let batch: ImageBatch<Mlx> = ImageBatcher.batch(items, &device);
+    let images = batch.images;
+    let one = images.clone().narrow(0, 0, 1);
+
+    let classes: Vec<String> = if config.dataset == "shapes" {
+        SHAPE_NAMES.iter().map(|s| format!("\"{s}\"")).collect()
+    } else {
+        (0..10).map(|d| format!("\"{d}\"")).collect()
+    };
+    let options = ExportOptions {
+        metadata: format!(
+            "{{\"model\": \"burn-mlx train example CNN\", \"dataset\": \"{}\", \
+             \"input\": \"images, float32 [N, 1, {SIDE}, {SIDE}], values in [0, 1]\", \
+             \"output\": \"logits, float32 [N, {}]\", \"batch_sizes\": [1, {n}], \
+             \"classes\": [{}]}}",
+            config.dataset,
+            classes.len(),
+            classes.join(", ")
+        ),
+        ..ExportOptions::default()
+    };
+    export(
+        file,
+        [one, images.clone()],
+        &options,
+        |x: Tensor<Mlx, 4>| model.forward(x),
+    )
+    .map_err(|e| e.to_string())?;
+
+    // The file read back, against the model itself.
+    let logits = model.forward(images.clone());
+    let imported: Tensor<Mlx, 2> = MlxFunction::load(file)
+        .and_then(|f| f.call(images.clone()))
+        .map_err(|e| e.to_string())?;
+    let diff: f32 = (imported - logits.clone()).abs().max().into_scalar();
+    let examples = examples_path(file);
+    save_examples(
+        &examples,
+        &[images.into_primitive().tensor()],
+        &[logits.into_primitive().tensor()],
+    )
+    .map_err(|e| e.to_string())?;
+    let bytes = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "exported: {} ({bytes} bytes; batches of 1 and {n} images on {device:?}); read back, its \
+         logits on {n} validation images differ from the model's by at most {diff:.2e}",
+        file.display()
+    );
+    println!(
+        "reference images and logits: {}; check the file in MLX Python with\n  python3 \
+         scripts/check_mlxfn.py {} {}",
+        examples.display(),
+        file.display(),
+        examples.display()
+    );
+    Ok(())
+}
