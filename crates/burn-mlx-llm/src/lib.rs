@@ -9,6 +9,7 @@
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod export;
 pub mod generate;
 pub mod gguf;
 pub mod model;

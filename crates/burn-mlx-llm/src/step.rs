@@ -136,31 +136,48 @@ impl<B: Backend> Decoder<B> {
 /// returning `[logits, keys 0, values 0, ...]`; the model's weights are constants of the trace.
 fn compile_step(model: Llm<Mlx>) -> Compiled {
     compile(
-        move |inputs: &[MlxTensor]| {
-            let fail = |e: LlmError| MlxError::Mlx {
-                op: "decode step".into(),
-                message: e.to_string(),
-            };
-            let ids: Tensor<Mlx, 2, Int> = Tensor::from_primitive(inputs[0].clone());
-            let offset: Tensor<Mlx, 1, Int> = Tensor::from_primitive(inputs[1].clone());
-            let float = |t: &MlxTensor| {
-                Tensor::<Mlx, 4>::from_primitive(burn_tensor::TensorPrimitive::Float(t.clone()))
-            };
-            let layers = inputs[2..]
-                .chunks(2)
-                .map(|kv| LayerCache::from_tensors(float(&kv[0]), float(&kv[1])))
-                .collect();
-            let (logits, layers) = model.fixed_step(ids, offset, layers).map_err(fail)?;
-            let mut outputs = vec![logits.into_primitive().tensor()];
-            for layer in layers {
-                let (k, v) = layer.into_tensors();
-                outputs.push(k.into_primitive().tensor());
-                outputs.push(v.into_primitive().tensor());
-            }
-            Ok(outputs)
-        },
+        move |inputs: &[MlxTensor]| step_function(&model, inputs),
         false,
     )
+}
+
+/// The fixed-shape step over MLX tensors: `[ids [1, 1], offset [1], keys 0, values 0, keys 1,
+/// ...]` (each cache `[1, kv heads, capacity, head dim]`) to `[logits [1, vocab], keys 0,
+/// values 0, ...]`, the caches with this position written. What [`compile_step`] compiles and
+/// [`crate::export::export_decode_step`] writes to a file.
+pub(crate) fn step_function(
+    model: &Llm<Mlx>,
+    inputs: &[MlxTensor],
+) -> std::result::Result<Vec<MlxTensor>, MlxError> {
+    let fail = |e: LlmError| MlxError::Mlx {
+        op: "decode step".into(),
+        message: e.to_string(),
+    };
+    let expected = 2 + 2 * model.config().num_layers;
+    if inputs.len() != expected {
+        return Err(fail(LlmError::Input(format!(
+            "the step takes {expected} inputs (ids, offset, keys and values of {} layers), got {}",
+            model.config().num_layers,
+            inputs.len()
+        ))));
+    }
+    let ids: Tensor<Mlx, 2, Int> = Tensor::from_primitive(inputs[0].clone());
+    let offset: Tensor<Mlx, 1, Int> = Tensor::from_primitive(inputs[1].clone());
+    let float = |t: &MlxTensor| {
+        Tensor::<Mlx, 4>::from_primitive(burn_tensor::TensorPrimitive::Float(t.clone()))
+    };
+    let layers = inputs[2..]
+        .chunks(2)
+        .map(|kv| LayerCache::from_tensors(float(&kv[0]), float(&kv[1])))
+        .collect();
+    let (logits, layers) = model.fixed_step(ids, offset, layers).map_err(fail)?;
+    let mut outputs = vec![logits.into_primitive().tensor()];
+    for layer in layers {
+        let (k, v) = layer.into_tensors();
+        outputs.push(k.into_primitive().tensor());
+        outputs.push(v.into_primitive().tensor());
+    }
+    Ok(outputs)
 }
 
 /// The MLX tensor behind a tensor of backend `B`, which is `Mlx` here.

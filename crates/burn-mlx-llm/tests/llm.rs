@@ -700,6 +700,66 @@ fn fixed_step_decodes_like_the_eager_step() {
         .starts_with("compiled"));
 }
 
+/// One decode step written to an MLX function file (`burn_mlx_llm::export`) and run from the file
+/// alone, token by token through the prompt and then greedily, gives transformers' 20 greedy
+/// tokens and the cached decode's logits.
+#[test]
+fn exported_decode_step_generates_like_transformers() {
+    use burn_mlx::export::MlxFunction;
+    use burn_mlx_llm::export::{export_decode_step, step_inputs};
+    let reference = reference("qwen3");
+    let device = MlxDevice::Cpu;
+    let model = load_model::<Mlx>(&fixture("qwen3"), &device, DType::F32).unwrap();
+    let prompt = &reference.prompt;
+    let steps = reference.greedy.len();
+    let capacity = prompt.len() + steps;
+    let file = scratch("export").join("step.mlxfn");
+    export_decode_step(&model, capacity, &file).unwrap();
+    let step = MlxFunction::load(&file).unwrap();
+    assert!(
+        step.metadata().contains("\"layers\": 2"),
+        "{}",
+        step.metadata()
+    );
+
+    let int = |v: u32, shape: [usize; 2]| {
+        let t = Tensor::<Mlx, 2, burn_tensor::Int>::from_data(
+            burn_tensor::TensorData::new(vec![v as i64], shape),
+            &device,
+        );
+        burn_mlx::to_mlx(t).unwrap()
+    };
+    let mut inputs = step_inputs(&model, capacity);
+    let (mut tokens, mut logits) = (Vec::new(), Vec::new());
+    for position in 0..prompt.len() + steps - 1 {
+        let token = match position.checked_sub(prompt.len()) {
+            None => prompt[position],
+            Some(i) => tokens[i],
+        };
+        inputs[0] = int(token, [1, 1]);
+        let offset = int(position as u32, [1, 1]);
+        inputs[1] = burn_mlx::MlxOps::reshape(&offset, &[1]).unwrap();
+        let mut outputs = step.call_tensors(&inputs).unwrap();
+        let row = outputs.remove(0);
+        inputs.splice(2.., outputs);
+        if position + 1 >= prompt.len() {
+            let row =
+                rows(burn_mlx::from_mlx::<Mlx, 2, burn_tensor::Float>(row).unwrap()).remove(0);
+            tokens.push(argmax(&row));
+            logits.push(row);
+        }
+    }
+    let _ = std::fs::remove_dir_all(file.parent().unwrap());
+    assert_eq!(
+        tokens, reference.greedy,
+        "greedy tokens from the exported step"
+    );
+    let (_, cached) = cached_decode_diff(&model, prompt, &reference.greedy[..steps - 1], "decode");
+    let diff = max_diff("exported step", &logits, &cached);
+    println!("exported step vs cached decode: max |diff| {diff:.3e}");
+    assert!(diff <= TOL, "the exported step's logits differ by {diff}");
+}
+
 /// The `small` preset cut to 2 layers and a 512-token vocabulary, random weights, on `Mlx`.
 fn tiny_random_model() -> Llm<Mlx> {
     let mut config = LlmConfig::preset("small").unwrap();

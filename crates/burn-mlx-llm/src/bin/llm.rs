@@ -8,6 +8,7 @@
 //! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset qwen3-0.6b --dtype bf16
 //! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset small --backend ndarray
 //! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset small --quantize q4
+//! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --export step.mlxfn --max-context 512
 //! ```
 //!
 //! `DIR` is a Hugging Face model folder: `config.json`, `model.safetensors` (or shards with
@@ -26,6 +27,7 @@ use burn_mlx::quant::QuantBits;
 use burn_mlx::{Mlx, MlxDevice};
 use burn_mlx_llm::config::{LlmConfig, PRESETS};
 use burn_mlx_llm::error::{LlmError, Result};
+use burn_mlx_llm::export::export_decode_step;
 use burn_mlx_llm::generate::{generate, GenerateOptions};
 use burn_mlx_llm::gguf::{decode, is_gguf, GgufFile};
 use burn_mlx_llm::model::{Llm, Logits};
@@ -172,6 +174,11 @@ struct Args {
     /// token over the filled cache).
     #[arg(long, value_enum, default_value = "auto")]
     decode_step: DecodeStepArg,
+    /// Write one decode step of the loaded model (weights inside; a cache of --max-context
+    /// positions, default 1024) to FILE as an MLX function file that MLX Python, C++ and Swift
+    /// run without Burn (scripts/mlxfn_generate.py generates with it), then exit. Mlx only.
+    #[arg(long, value_name = "FILE")]
+    export: Option<PathBuf>,
 }
 
 /// `--decode-step`.
@@ -292,6 +299,23 @@ fn run<B: Backend>(
 
     if args.quantize.is_some() {
         eprintln!("{}", model.quantization().summary());
+    }
+    if let Some(file) = &args.export {
+        let any: &dyn std::any::Any = &model;
+        let model = any.downcast_ref::<Llm<Mlx>>().ok_or_else(|| {
+            LlmError::Input("--export writes an MLX function file: use --backend mlx".into())
+        })?;
+        let capacity = args.max_context.unwrap_or(1024);
+        export_decode_step(model, capacity, file)?;
+        let bytes = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+        eprintln!(
+            "exported one decode step to {} ({bytes} bytes, a cache of {capacity} positions); \
+             generate with it in MLX Python:\n  python3 scripts/mlxfn_generate.py {} \
+             --prompt-ids 1,2,3",
+            file.display(),
+            file.display()
+        );
+        return Ok(());
     }
 
     let prompt: Vec<u32> = match (&args.prompt_ids, &args.prompt, &tokenizer) {
