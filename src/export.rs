@@ -3,7 +3,7 @@
 //!
 //! MLX's function files hold a traced graph and its constants. MLX Python
 //! (`mx.import_function`), MLX C++ (`mlx::core::import_function`) and mlx-swift
-//! (`ImportedFunction`) run them without the code that built the graph, so a model trained with
+//! (`importFunction(from:)`) run them without the code that built the graph, so a model trained with
 //! `Autodiff<Mlx>` can be served from an app or a Python process that has no Burn in it.
 //!
 //! - [`export`] traces a closure over Burn tensors (a model's `forward`) for one or more example
