@@ -321,6 +321,13 @@ where
             let _ = std::fs::remove_file(path);
             match failure.into_inner() {
                 Some(e) => Err(e),
+                None if message.contains("Unable to serialize primitive") => {
+                    Err(file_error(format!(
+                        "{message}: MLX 0.32 cannot write this op to a function file (LU \
+                         factorization, segmented matmuls and `contiguous` among others); \
+                         compute it outside the exported function, or write it with other ops"
+                    )))
+                }
                 None => Err(file_error(message)),
             }
         }
@@ -458,7 +465,13 @@ impl MlxFunction {
         check_not_tracing("MlxFunction::call")?;
         let device = check_inputs("MlxFunction::call", std::slice::from_ref(&inputs.to_vec()))?;
         let arrays: Vec<Array> = inputs.iter().map(|t| t.array.clone()).collect();
-        let outputs = self.inner.call(&arrays).map_err(|m| MlxError::File {
+        // Building the graph reads the file's constants, which an evaluation on another thread
+        // may be loading and detaching: one thread at a time, as for evaluation.
+        let called = {
+            let _guard = crate::tensor::eval_lock();
+            self.inner.call(&arrays)
+        };
+        let outputs = called.map_err(|m| MlxError::File {
             op: "MlxFunction::call".into(),
             path: self.path.display().to_string(),
             message: m,

@@ -581,6 +581,9 @@ fn pack(
         })
         .map_err(mlx_err(OP, &[values, raw_scales]))?;
     {
+        // Packing evaluates; inside a traced function (compile, export) that must be an error,
+        // not a second lock of the evaluation lock the trace holds.
+        crate::trace::check_not_tracing(OP)?;
         let _guard = crate::tensor::eval_lock();
         mlx_rs::transforms::eval([&words, &scales, &biases])
             .map_err(mlx_err(OP, &[values, raw_scales]))?;

@@ -316,7 +316,7 @@ impl IntTensorOps<Self> for Mlx {
 
     fn bitwise_not(tensor: IntTensor<Self>) -> IntTensor<Self> {
         unary(tensor, "bitwise_not", |a| {
-            native::bitwise_invert(a).map_err(ffi_err)
+            base::bitwise_not(a).map_err(ffi_err)
         })
     }
 

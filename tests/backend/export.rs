@@ -238,6 +238,54 @@ fn reading_values_while_tracing_fails_and_leaves_no_file() {
 }
 
 #[test]
+fn sorts_bitwise_not_and_scans_export() {
+    // burn-mlx's sorts copy strided inputs to row-major order first, and its descending sorts
+    // and `bitwise_not` invert bits; MLX cannot write its `Contiguous` and `BitwiseInvert`
+    // primitives, so traced functions do both another way. The transposed input makes the copy
+    // necessary.
+    let path = file("sorts");
+    let x = Tensor::<Mlx, 2>::from_data(crate::common::rand_f(&[4, 5], (-2.0, 2.0), 13), &DEVICE);
+    let f = |x: Tensor<Mlx, 2>| {
+        let t = x.transpose();
+        let (values, indices) = t.clone().sort_descending_with_indices(1);
+        let top = t.clone().topk(2, 1);
+        (values + top.sum_dim(1), indices.bitwise_not(), t.cumsum(0))
+    };
+    export(&path, [x.clone()], &ExportOptions::default(), f).unwrap();
+    let (v, i, c): (Tensor<Mlx, 2>, Tensor<Mlx, 2, Int>, Tensor<Mlx, 2>) =
+        MlxFunction::load(&path).unwrap().call(x.clone()).unwrap();
+    let (v_ref, i_ref, c_ref) = f(x);
+    v.into_data()
+        .assert_approx_eq::<f32>(&v_ref.into_data(), Tolerance::absolute(1e-6));
+    i.into_data().assert_eq(&i_ref.into_data(), true);
+    c.into_data()
+        .assert_approx_eq::<f32>(&c_ref.into_data(), Tolerance::absolute(1e-6));
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn an_op_mlx_cannot_write_fails_naming_it() {
+    // MLX 0.32 cannot write its LU factorization to a function file.
+    let path = file("lu");
+    let x = MlxTensor::from_slice(&[4.0f32, 3.0, 6.0, 3.0], &[2, 2], DEVICE).unwrap();
+    let err = export_function(&path, &[vec![x]], &ExportOptions::default(), |x| {
+        let (lu, _pivots) = mlx_rs::linalg::lu_factor(x[0].array()).map_err(|e| MlxError::Mlx {
+            op: "lu_factor".into(),
+            message: e.to_string(),
+        })?;
+        Ok(vec![MlxTensor::from_array(lu, DEVICE)])
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(
+        err.contains("LUF") && err.contains("outside the exported function"),
+        "{err}"
+    );
+    assert!(!path.exists(), "a failed export left {}", path.display());
+}
+
+#[test]
 fn bad_files_and_bad_calls_fail_with_clear_errors() {
     let missing = file("missing");
     let err = MlxFunction::load(&missing).unwrap_err().to_string();

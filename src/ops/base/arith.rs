@@ -1,10 +1,11 @@
 //! Arithmetic whose MLX op differs from Burn's definition on some inputs: the product with an
-//! optional bias (f16/bf16 on the CPU computed in f32), integer division that truncates and
-//! Burn's remainder.
+//! optional bias (f16/bf16 on the CPU computed in f32), integer division that truncates,
+//! Burn's remainder, and bitwise NOT in a form MLX can write to a function file.
 
 use super::MlxResult;
 use crate::device::MlxDevice;
 use crate::dtype::{is_float, is_unsigned};
+use crate::error::MlxError;
 use mlx_rs::{ops, Array, Dtype};
 
 /// `a · b`, plus `c` when given (MLX's `addmm`: on CUDA a GEMM with a bias epilogue), on
@@ -76,4 +77,17 @@ pub(crate) fn remainder(a: &Array, b: &Array) -> MlxResult {
     } else {
         Ok(r)
     }
+}
+
+/// Bitwise NOT of an integer array: MLX's `bitwise_invert`, or, inside a traced function, xor
+/// with every bit set (-1 cast to `a`'s integer type), which is the same: MLX 0.32 cannot write
+/// its `BitwiseInvert` primitive to a function file ([`crate::export`]).
+pub(crate) fn bitwise_not(a: &Array) -> Result<Array, MlxError> {
+    if crate::trace::is_tracing() {
+        let ones = Array::from_int(-1)
+            .as_dtype(a.dtype())
+            .map_err(|e| MlxError::mlx("bitwise_not", e))?;
+        return crate::native::bitwise_xor(a, &ones);
+    }
+    crate::native::bitwise_invert(a)
 }

@@ -17,7 +17,7 @@ mod layout;
 mod reduce;
 mod sort;
 
-pub(crate) use arith::{int_div_trunc, matmul_add, remainder};
+pub(crate) use arith::{bitwise_not, int_div_trunc, matmul_add, remainder};
 pub(crate) use create::{cast, cast_array, full, random, to_device, zeros};
 pub(crate) use index::{
     gather, gather_nd, mask_fill, mask_where, scatter_add, scatter_nd, select, select_add,

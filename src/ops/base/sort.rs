@@ -12,6 +12,16 @@ use burn_backend::Slice;
 use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array, Dtype};
 
+/// `a` with row-major strides: MLX's `contiguous`, or, inside a traced function, a flatten and a
+/// reshape back, which copy a strided array the same way: MLX 0.32 cannot write its `Contiguous`
+/// primitive to a function file ([`crate::export`]).
+fn row_major(a: &Array) -> MlxResult {
+    if crate::trace::is_tracing() {
+        return a.flatten(None, None)?.reshape(a.shape());
+    }
+    a.contiguous()
+}
+
 /// An integer key whose order is `a`'s total order (`f32::total_cmp`: -NaN < -inf < … < -0 <
 /// +0 < … < +inf < +NaN), the order Burn's sorts use for floats.
 ///
@@ -25,7 +35,7 @@ fn total_order_key(a: &Array) -> MlxResult {
     };
     // A strided input is made contiguous first: MLX's CUDA `view` reads a permuted array in
     // storage order (seen on MLX 0.32.2), while the CPU copies.
-    let bits = a.contiguous()?.view_dtype(int)?;
+    let bits = row_major(a)?.view_dtype(int)?;
     let max = max.as_dtype(int)?;
     let zero = Array::from_int(0).as_dtype(int)?;
     let flipped = native::bitwise_xor(&bits, &max).map_err(|e| Exception::custom(e.to_string()))?;
@@ -35,7 +45,7 @@ fn total_order_key(a: &Array) -> MlxResult {
 /// A sort key whose ascending order is `a`'s descending order.
 fn descending_key(a: &Array) -> MlxResult {
     let invert =
-        |k: &Array| native::bitwise_invert(k).map_err(|e| Exception::custom(e.to_string()));
+        |k: &Array| super::arith::bitwise_not(k).map_err(|e| Exception::custom(e.to_string()));
     match a.dtype() {
         Dtype::Bool => ops::logical_not(a),
         d if is_float(d) => invert(&total_order_key(a)?),
@@ -47,7 +57,7 @@ fn descending_key(a: &Array) -> MlxResult {
 /// Indices that sort `a` along `axis`, floats in their total order (NaN after +inf).
 fn argsort_array(a: &Array, axis: i32, descending: bool) -> MlxResult {
     // MLX's CUDA sort reads a permuted (strided) input in storage order (MLX 0.32.2).
-    let a = &a.contiguous()?;
+    let a = &row_major(a)?;
     if descending {
         ops::argsort_axis(&descending_key(a)?, axis)
     } else if is_float(a.dtype()) {
@@ -67,7 +77,7 @@ pub(crate) fn argsort(t: MlxTensor, dim: usize, descending: bool, out: Dtype) ->
 /// Burn's `sort`.
 pub(crate) fn sort(t: MlxTensor, dim: usize, descending: bool) -> MlxTensor {
     if !descending {
-        return unary(t, "sort", |a| ops::sort_axis(a.contiguous()?, dim as i32));
+        return unary(t, "sort", |a| ops::sort_axis(row_major(a)?, dim as i32));
     }
     unary(t, "sort", |a| {
         let idx = argsort_array(a, dim as i32, true)?;
