@@ -490,6 +490,12 @@ impl MlxFunction {
     }
 }
 
+/// Where [`save_examples`] puts the reference of the function file `file` by convention:
+/// `model.mlxfn` → `model.examples.safetensors`, beside it.
+pub fn examples_path(file: impl AsRef<Path>) -> PathBuf {
+    file.as_ref().with_extension("examples.safetensors")
+}
+
 /// Saves example inputs and the outputs they should give to the safetensors file `path`, as
 /// `input.0`, `input.1`, … and `output.0`, …: the reference that a deployment of an exported
 /// function is checked against (`scripts/check_mlxfn.py` runs the function in MLX Python on the

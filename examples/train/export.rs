@@ -12,17 +12,12 @@ use burn::config::Config;
 use burn::data::dataloader::batcher::Batcher;
 use burn::module::Module;
 use burn::tensor::Tensor;
-use burn_mlx::export::{export, save_examples, ExportOptions, MlxFunction};
+use burn_mlx::export::{examples_path, export, save_examples, ExportOptions, MlxFunction};
 use burn_mlx::{Mlx, MlxDevice};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// How many validation images the reference file holds (and the second exported batch size).
 const CHECK_IMAGES: usize = 100;
-
-/// The reference file written beside `file`: `model.mlxfn` → `model.examples.safetensors`.
-pub fn examples_path(file: &Path) -> PathBuf {
-    file.with_extension("examples.safetensors")
-}
 
 /// Loads `dir/model.mpk` on `Mlx`, writes its forward pass to `file` for batches of 1 and of
 /// [`CHECK_IMAGES`] images, reads the file back and checks it against the model on the
@@ -99,9 +94,7 @@ pub fn export_checkpoint(
         file.display()
     );
     println!(
-        "reference images and logits: {}; check the file in MLX Python with\n  python3 \
-         scripts/check_mlxfn.py {} {}",
-        examples.display(),
+        "MLX Python check: python3 scripts/check_mlxfn.py {} {}",
         file.display(),
         examples.display()
     );

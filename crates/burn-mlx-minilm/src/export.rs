@@ -4,14 +4,9 @@
 use crate::load::Batch;
 use crate::model::BertModel;
 use burn::tensor::{Int, Tensor};
-use burn_mlx::export::{export, save_examples, ExportOptions, MlxFunction};
+use burn_mlx::export::{examples_path, export, save_examples, ExportOptions, MlxFunction};
 use burn_mlx::{Mlx, MlxDevice};
-use std::path::{Path, PathBuf};
-
-/// The reference file written beside `file`: `minilm.mlxfn` → `minilm.examples.safetensors`.
-pub fn examples_path(file: &Path) -> PathBuf {
-    file.with_extension("examples.safetensors")
-}
+use std::path::Path;
 
 /// What [`export_embedder`] wrote and measured.
 #[derive(Debug, Clone)]
@@ -27,7 +22,8 @@ pub struct Exported {
 /// Writes `model.embed` to `file` for inputs of `batch`'s shape and of one sentence at the same
 /// length (`[1, seq]` and `[batch, seq]` int64 ids, type ids and mask), reads the file back,
 /// embeds `batch` with it, and saves `batch` and the model's own embeddings beside the file
-/// ([`examples_path`]) for `scripts/check_mlxfn.py`.
+/// ([`examples_path`]: `minilm.mlxfn` → `minilm.examples.safetensors`) for
+/// `scripts/check_mlxfn.py`.
 pub fn export_embedder(
     model: &BertModel<Mlx>,
     batch: &Batch,

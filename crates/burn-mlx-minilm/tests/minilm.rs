@@ -10,8 +10,9 @@
 extern crate burn_core as burn;
 
 use burn::tensor::FloatDType;
+use burn_mlx::export::examples_path;
 use burn_mlx::{Mlx, MlxDevice};
-use burn_mlx_minilm::export::{examples_path, export_embedder};
+use burn_mlx_minilm::export::export_embedder;
 use burn_mlx_minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Batch, Padding};
 use burn_mlx_minilm::locate::find_model_dir;
 use burn_ndarray::{NdArray, NdArrayDevice};

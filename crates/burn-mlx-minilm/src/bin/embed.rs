@@ -16,8 +16,9 @@ extern crate burn_core as burn;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::FloatDType;
+use burn_mlx::export::examples_path;
 use burn_mlx::{Mlx, MlxDevice};
-use burn_mlx_minilm::export::{examples_path, export_embedder};
+use burn_mlx_minilm::export::export_embedder;
 use burn_mlx_minilm::load::{cosine, embed_sentences, load_model, load_tokenizer, Batch, Padding};
 use burn_mlx_minilm::locate::find_model_dir;
 use burn_ndarray::{NdArray, NdArrayDevice};
@@ -188,13 +189,10 @@ fn export_file(args: &Args, dir: &Path, file: &Path) -> Result<(), String> {
         seq = batch.seq,
         n = batch.batch,
     );
-    let examples = examples_path(file);
     println!(
-        "reference inputs and embeddings: {}; check the file in MLX Python with\n  python3 \
-         scripts/check_mlxfn.py {} {}",
-        examples.display(),
-        file.display(),
-        examples.display()
+        "inputs and embeddings saved to {} (scripts/check_mlxfn.py runs the file on them in MLX \
+         Python)",
+        examples_path(file).display()
     );
     Ok(())
 }
