@@ -238,9 +238,9 @@ fn check_inputs(op: &str, signatures: &[Vec<MlxTensor>]) -> Result<MlxDevice, Ml
 /// Writes `f`, traced once for each input list of `examples`, to the MLX function file `path`
 /// (see the [module docs](self) for what `f` may do).
 ///
-/// The file is replaced if it exists. Errors name the file: a failure of `f` (its error, or its
-/// panic message), a value read inside `f`, an op MLX cannot write, a file that cannot be
-/// created.
+/// The file is replaced if it exists, once the new one is complete: a failed export leaves an
+/// earlier file as it was. Errors name the file: a failure of `f` (its error, or its panic
+/// message), a value read inside `f`, an op MLX cannot write, a file that cannot be created.
 pub fn export_function<F>(
     path: impl AsRef<Path>,
     examples: &[Vec<MlxTensor>],
@@ -301,12 +301,21 @@ where
         .iter()
         .map(|s| s.iter().map(|t| t.array.clone()).collect())
         .collect();
+    // MLX writes beside the target, and the file is renamed into place once complete: a failed
+    // export leaves no half-written file, and an earlier file of that name as it was.
+    let name = path
+        .file_name()
+        .ok_or_else(|| file_error("not a file path".into()))?;
+    let mut partial_name = std::ffi::OsString::from(".");
+    partial_name.push(name);
+    partial_name.push(".partial");
+    let partial = path.with_file_name(partial_name);
     let written = {
         // The exporter evaluates constants; one thread evaluates at a time.
         let _guard = crate::tensor::eval_lock();
         device.scope(|| {
             native::export_function(
-                path,
+                &partial,
                 &mut traced,
                 &arrays,
                 options.shapeless,
@@ -315,10 +324,15 @@ where
         })
     };
     match written {
-        Ok(()) => Ok(()),
+        Ok(()) => std::fs::rename(&partial, path).map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            file_error(format!(
+                "cannot move the written file {} into place: {e}",
+                partial.display()
+            ))
+        }),
         Err(message) => {
-            // A half-written file must not pass for a model.
-            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(&partial);
             match failure.into_inner() {
                 Some(e) => Err(e),
                 None if message.contains("Unable to serialize primitive") => {

@@ -4,7 +4,7 @@
 //! round-trip; and every bad input fails with an error naming the file and the problem.
 
 use burn::module::Module;
-use burn::tensor::{Bool, Int, Tensor, Tolerance};
+use burn::tensor::{Bool, Int, Tensor, TensorData, Tolerance};
 use burn_mlx::export::{export, export_function, ExportOptions, MlxFunction};
 use burn_mlx::{Mlx, MlxDevice, MlxError, MlxOps, MlxTensor};
 use burn_nn::conv::{Conv2d, Conv2dConfig};
@@ -205,7 +205,7 @@ fn shapeless_export_serves_other_shapes() {
 }
 
 #[test]
-fn reading_values_while_tracing_fails_and_leaves_no_file() {
+fn reading_values_while_tracing_fails_and_leaves_no_file_behind() {
     let path = file("host-read");
     let x = Tensor::<Mlx, 1>::ones([3], &DEVICE);
     let err = export(
@@ -226,6 +226,37 @@ fn reading_values_while_tracing_fails_and_leaves_no_file() {
     .to_string();
     assert!(err.contains("traces") && err.contains("export"), "{err}");
     assert!(!path.exists(), "a failed export left {}", path.display());
+
+    // A failed export over an earlier file leaves that file as it was.
+    let x = Tensor::<Mlx, 1>::from_data([1.0f32, -2.0, 3.0], &DEVICE);
+    export(
+        &path,
+        [x.clone()],
+        &ExportOptions::default(),
+        |x: Tensor<Mlx, 1>| x * 2.0,
+    )
+    .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let failed = export(
+        &path,
+        [x.clone()],
+        &ExportOptions::default(),
+        |x: Tensor<Mlx, 1>| {
+            let _: f32 = x.clone().sum().into_scalar();
+            x
+        },
+    );
+    assert!(failed.is_err());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the earlier file changed"
+    );
+    let doubled: Tensor<Mlx, 1> = MlxFunction::load(&path).unwrap().call(x).unwrap();
+    doubled
+        .into_data()
+        .assert_eq(&TensorData::from([2.0f32, -4.0, 6.0]), true);
+    let _ = std::fs::remove_file(&path);
 
     // The closure's own error comes back unchanged.
     let t = MlxTensor::from_slice(&[1.0f32, 2.0], &[2], DEVICE).unwrap();
