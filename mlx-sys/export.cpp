@@ -68,16 +68,16 @@ bool needs_dense_copy(const mx::array& a) {
 // a view instead: a transpose, a broadcast (stride 0), or the column-major result of an
 // elementwise op on transposed inputs (a weight after an optimizer step). Written as it is,
 // such a constant would come back scrambled or read past its buffer. So every such constant in
-// the graph of `outputs` is replaced, where it is used, by a dense copy evaluated here. The
-// copy's input is not a tracer, so MLX allows evaluating it during the trace.
+// the graph of `outputs` is replaced, where it is used, by a dense copy, and the copies are
+// evaluated together at the end: their inputs are not tracers, so MLX allows it during the
+// trace, and once evaluated they are plain constants.
 void densify_constants(std::vector<mx::array>& outputs) {
   std::unordered_map<std::uintptr_t, mx::array> copies;
   auto dense = [&copies](const mx::array& a) {
     auto it = copies.find(a.id());
     if (it == copies.end()) {
-      auto c = mx::contiguous(a, /* allow_col_major = */ false);
-      mx::eval(c);
-      it = copies.emplace(a.id(), c).first;
+      it = copies.emplace(a.id(), mx::contiguous(a, /* allow_col_major = */ false))
+               .first;
     }
     return it->second;
   };
@@ -86,8 +86,9 @@ void densify_constants(std::vector<mx::array>& outputs) {
   for (auto& out : outputs) {
     if (needs_dense_copy(out)) {
       out = dense(out);
+    } else {
+      stack.push_back(out);
     }
-    stack.push_back(out);
   }
   while (!stack.empty()) {
     mx::array node = stack.back();
@@ -102,6 +103,14 @@ void densify_constants(std::vector<mx::array>& outputs) {
         stack.push_back(in);
       }
     }
+  }
+  std::vector<mx::array> pending;
+  pending.reserve(copies.size());
+  for (auto& [_, c] : copies) {
+    pending.push_back(c);
+  }
+  if (!pending.empty()) {
+    mx::eval(pending);
   }
 }
 

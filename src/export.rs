@@ -201,14 +201,14 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Fails unless every tensor of every signature is an unquantized tensor on one device; returns
 /// that device.
-fn check_inputs(op: &str, signatures: &[Vec<MlxTensor>]) -> Result<MlxDevice, MlxError> {
+fn check_inputs(op: &str, signatures: &[&[MlxTensor]]) -> Result<MlxDevice, MlxError> {
     let device = signatures
         .iter()
-        .flatten()
+        .flat_map(|s| s.iter())
         .next()
         .map(|t| t.device)
         .unwrap_or_default();
-    for (s, inputs) in signatures.iter().enumerate() {
+    for (s, inputs) in signatures.iter().copied().enumerate() {
         for (i, t) in inputs.iter().enumerate() {
             if t.device != device {
                 return Err(MlxError::Device {
@@ -262,12 +262,10 @@ where
             "no example inputs: give at least one list of inputs to trace with".into(),
         ));
     }
-    let device = check_inputs("export", examples)?;
-    // Examples must hold values: MLX records a trace from the inputs' shapes, but evaluates the
-    // captured constants, and the inputs' graphs must not leak into the trace.
-    for t in examples.iter().flatten() {
-        t.eval()?;
-    }
+    let lists: Vec<&[MlxTensor]> = examples.iter().map(Vec::as_slice).collect();
+    // MLX traces with placeholders of the examples' shapes and dtypes: their values are not
+    // needed, so lazy examples stay lazy.
+    let device = check_inputs("export", &lists)?;
     let failure: RefCell<Option<MlxError>> = RefCell::new(None);
     let mut traced = |arrays: Vec<Array>| -> Result<Vec<Array>, ()> {
         let _tracing = TraceGuard::enter();
@@ -477,7 +475,7 @@ impl MlxFunction {
     /// lists the signatures the file has.
     pub fn call_tensors(&self, inputs: &[MlxTensor]) -> Result<Vec<MlxTensor>, MlxError> {
         check_not_tracing("MlxFunction::call")?;
-        let device = check_inputs("MlxFunction::call", std::slice::from_ref(&inputs.to_vec()))?;
+        let device = check_inputs("MlxFunction::call", &[inputs])?;
         let arrays: Vec<Array> = inputs.iter().map(|t| t.array.clone()).collect();
         // Building the graph reads the file's constants, which an evaluation on another thread
         // may be loading and detaching: one thread at a time, as for evaluation.
@@ -539,9 +537,10 @@ pub fn save_examples(
                 hint: "dequantize it first".into(),
             });
         }
-        t.eval()?;
         arrays.push((name, t.array.clone()));
     }
+    check_not_tracing("save_examples")?;
+    // MLX evaluates the arrays as it writes them; one thread evaluates at a time.
     let _guard = crate::tensor::eval_lock();
     Array::save_safetensors(arrays, None, path).map_err(|e| MlxError::File {
         op: "save_examples".into(),
