@@ -105,11 +105,16 @@ fn captured_views_are_written_with_their_values() {
         .reshape([1, 3])
         .expand([2, 3]);
     let scaled = wt.clone() * 2.0;
-    let (wt, bias, scaled) = (wt, bias, scaled);
-    for t in [wt.clone(), scaled.clone()] {
-        t.clone().into_primitive().tensor().eval().unwrap();
+    // Each is evaluated, and its strides are not row-major: the case the export must repair.
+    for (name, t, row_major) in [
+        ("transpose", wt.clone(), [3, 1]),
+        ("column-major product", scaled.clone(), [3, 1]),
+        ("broadcast", bias.clone(), [3, 1]),
+    ] {
+        let t = t.into_primitive().tensor();
+        MlxTensor::eval(&t).unwrap();
+        assert_ne!(t.array().strides(), row_major, "{name} is row-major");
     }
-    bias.clone().into_primitive().tensor().eval().unwrap();
     let path = file("views");
     let x = Tensor::<Mlx, 2>::from_data(crate::common::rand_f(&[2, 4], (-1.0, 1.0), 8), &DEVICE);
     let f =
@@ -353,29 +358,18 @@ fn bad_files_and_bad_calls_fail_with_clear_errors() {
     ] {
         let cut = file(&format!("truncated-{keep}"));
         std::fs::write(&cut, &bytes[..keep]).unwrap();
-        let err = match MlxFunction::load(&cut) {
-            Err(e) => e.to_string(),
-            Ok(f) => match f.call::<_, Tensor<Mlx, 2>>(x.clone()) {
-                Err(e) => e.to_string(),
-                Ok(y) => y
-                    .into_primitive()
-                    .tensor()
-                    .eval()
-                    .map(|_| "no error".to_string())
-                    .unwrap_or_else(|e| e.to_string()),
-            },
-        };
+        // Reading the file fails, naming it: the cut is found before any call.
+        let err = MlxFunction::load(&cut).unwrap_err().to_string();
         assert!(
-            err.contains("truncated")
-                || err.contains("not an MLX function file")
-                || err.contains("read"),
+            err.contains(&cut.display().to_string())
+                && (err.contains("truncated") || err.contains("not an MLX function file")),
             "cut at {keep} of {}: {err}",
             bytes.len()
         );
         let _ = std::fs::remove_file(cut);
     }
 
-    // Bad calls: inputs on two devices, no examples, quantized inputs.
+    // An export with no examples.
     let err = export_function(&path, &[], &ExportOptions::default(), |x| Ok(x.to_vec()))
         .unwrap_err()
         .to_string();
