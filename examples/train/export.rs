@@ -4,13 +4,10 @@
 
 use crate::cli::Args;
 use crate::data::{ImageBatch, ImageBatcher, SIDE};
-use crate::learner::{recorder, TrainingConfig};
 use crate::mnist::load_mnist;
-use crate::model::Cnn;
+use crate::predict::load_checkpoint;
 use crate::shapes::{generate_validation_shapes, SHAPE_NAMES};
-use burn::config::Config;
 use burn::data::dataloader::batcher::Batcher;
-use burn::module::Module;
 use burn::tensor::Tensor;
 use burn_mlx::export::{examples_path, export, save_examples, ExportOptions, MlxFunction};
 use burn_mlx::{Mlx, MlxDevice};
@@ -28,13 +25,7 @@ pub fn export_checkpoint(
     args: &Args,
     device: MlxDevice,
 ) -> Result<(), String> {
-    let config = TrainingConfig::load(dir.join("config.json"))
-        .map_err(|e| format!("reading {}: {e}", dir.join("config.json").display()))?;
-    let model: Cnn<Mlx> = config
-        .model
-        .init(&device)
-        .load_file(dir.join("model"), &recorder(), &device)
-        .map_err(|e| format!("loading {}: {e}", dir.join("model.mpk").display()))?;
+    let (config, model) = load_checkpoint::<Mlx>(dir, &device)?;
     let n = CHECK_IMAGES.min(config.valid_size);
     let items = if config.dataset == "mnist" {
         let data_dir = args

@@ -24,6 +24,21 @@ pub fn accuracy<B: Backend>(model: &Cnn<B>, items: &[ImageItem], device: &B::Dev
     100.0 * correct as f64 / items.len() as f64
 }
 
+/// Reads `dir/config.json` and loads `dir/model.mpk` on backend `B`.
+pub fn load_checkpoint<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(TrainingConfig, Cnn<B>), String> {
+    let config = TrainingConfig::load(dir.join("config.json"))
+        .map_err(|e| format!("reading {}: {e}", dir.join("config.json").display()))?;
+    let model = config
+        .model
+        .init(device)
+        .load_file(dir.join("model"), &recorder(), device)
+        .map_err(|e| format!("loading {}: {e}", dir.join("model.mpk").display()))?;
+    Ok((config, model))
+}
+
 /// Loads `dir/model.mpk` on backend `B`, recomputes the validation accuracy (shapes dataset:
 /// the validation images are regenerated from the seed in `config.json`), and classifies a few
 /// freshly generated images. The record is backend-neutral, so a model trained on `Mlx` loads
@@ -33,13 +48,7 @@ pub fn predict_from_checkpoint<B: Backend>(
     device: &B::Device,
     seed: u64,
 ) -> Result<(), String> {
-    let config = TrainingConfig::load(dir.join("config.json"))
-        .map_err(|e| format!("reading {}: {e}", dir.join("config.json").display()))?;
-    let model: Cnn<B> = config
-        .model
-        .init(device)
-        .load_file(dir.join("model"), &recorder(), device)
-        .map_err(|e| format!("loading {}: {e}", dir.join("model.mpk").display()))?;
+    let (config, model) = load_checkpoint::<B>(dir, device)?;
     println!(
         "loaded {} (trained {} epochs on {}, validation accuracy {:.2}%)",
         dir.join("model.mpk").display(),
