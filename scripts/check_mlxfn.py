@@ -7,9 +7,10 @@ outputs.
 The reference file holds `input.0`, `input.1`, ... and `output.0`, ... (written by
 `burn_mlx::export::save_examples`, e.g. by `cargo run --release --example train -- --export
 cnn.mlxfn`). The script imports the function with `mx.import_function`, calls it on the inputs
-and compares every output with the reference: the largest absolute difference must be at most
-`--tol`, absolutely or relative to the output's largest magnitude (`--relative`). For a 2-D float output it also reports how many rows have the same argmax (the same
-predicted class). Exits with status 1 if any output differs by more than the tolerance.
+and compares every output with the reference: the largest absolute difference, divided by the
+reference's largest magnitude, must be at most `--tol` (`--absolute`: the difference itself).
+For a 2-D float output it also reports how many rows have the same argmax (the same predicted
+class). Exits with status 1 if any output differs by more than the tolerance.
 
 MLX's CPU wheel multiplies matrices with the reference BLAS, burn-mlx with OpenBLAS: their
 float32 sums differ in the last bits (about 1e-6 of the values). `--burn-blas` runs the check
@@ -32,8 +33,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("function", help="the .mlxfn file")
     parser.add_argument("examples", help="the reference .safetensors file")
-    parser.add_argument("--tol", type=float, default=1e-5, help="largest absolute difference allowed")
-    parser.add_argument("--relative", action="store_true", help="compare |difference| / max |reference|")
+    parser.add_argument("--tol", type=float, default=1e-5,
+                        help="largest |difference| / max |reference| allowed (see --absolute)")
+    parser.add_argument("--absolute", action="store_true", help="compare the |difference| itself")
     parser.add_argument("--burn-blas", action="store_true", help="multiply through burn-mlx's OpenBLAS (Linux CPU)")
     args = parser.parse_args()
     if args.burn_blas and "libburn_mlx_blas" not in os.environ.get("LD_PRELOAD", ""):
@@ -70,7 +72,7 @@ def main() -> int:
         scale = mx.abs(want.astype(mx.float32)).max().item()
         line = f"output {i}: {got.dtype} {list(got.shape)}, largest absolute difference {diff:.3e}"
         line += f" (largest |reference| {scale:.3g}, relative {diff / max(scale, 1e-30):.3e})"
-        if args.relative:
+        if not args.absolute:
             diff = diff / max(scale, 1e-30)
         if got.ndim == 2 and mx.issubdtype(got.dtype, mx.floating):
             same = (mx.argmax(got, axis=1) == mx.argmax(want, axis=1)).sum().item()

@@ -36,10 +36,10 @@ def main() -> int:
         info = json.loads(metadata)
         layers, kv_heads, head_dim = info["layers"], info["kv_heads"], info["head_dim"]
         capacity, dtype, eos = info["capacity"], info["dtype"], set(info["eos_token_ids"])
+        int_dtype = {"int64": mx.int64, "int32": mx.int32}[info["int_dtype"]]
     except (ValueError, KeyError) as e:
         print(f"{args.function}: not a burn-mlx-llm decode step (metadata: {e})", file=sys.stderr)
         return 1
-    int_dtype = mx.int64 if "int64" in info.get("inputs", "int64") else mx.int32
     float_dtype = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}[dtype]
     prompt = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
     if not prompt:

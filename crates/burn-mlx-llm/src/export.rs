@@ -50,7 +50,8 @@ pub fn export_decode_step(model: &Llm<Mlx>, capacity: usize, file: &Path) -> Res
     let metadata = format!(
         "{{\"model\": \"burn-mlx-llm decode step\", \"architecture\": \"{:?}\", \
          \"layers\": {}, \"kv_heads\": {}, \"head_dim\": {}, \"capacity\": {capacity}, \
-         \"vocab\": {}, \"dtype\": \"{dtype}\", \"eos_token_ids\": {:?}, \
+         \"vocab\": {}, \"dtype\": \"{dtype}\", \"int_dtype\": \"{int}\", \
+         \"eos_token_ids\": {:?}, \
          \"inputs\": \"token {int} [1, 1], position {int} [1], then keys and values of each \
          layer [1, kv_heads, capacity, head_dim]\", \"outputs\": \"logits [1, vocab], then the \
          keys and values of each layer\"}}",

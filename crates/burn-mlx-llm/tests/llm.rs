@@ -716,10 +716,10 @@ fn exported_decode_step_generates_like_transformers() {
     let file = scratch("export").join("step.mlxfn");
     export_decode_step(&model, capacity, &file).unwrap();
     let step = MlxFunction::load(&file).unwrap();
+    let metadata = step.metadata();
     assert!(
-        step.metadata().contains("\"layers\": 2"),
-        "{}",
-        step.metadata()
+        metadata.contains("\"layers\": 2") && metadata.contains("\"int_dtype\": \"int64\""),
+        "{metadata}"
     );
 
     let int = |v: u32, shape: [usize; 2]| {
