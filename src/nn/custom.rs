@@ -1,0 +1,188 @@
+//! Ops defined by one MLX function, forward and backward, for every backend built on [`Mlx`].
+//!
+//! A [`FusedOp`] maps float inputs to one float output with MLX ops (a fast kernel such as
+//! `mlx::fast::layer_norm`, or a short composition). [`apply`] runs it:
+//!
+//! - on [`Mlx`], as the MLX function itself;
+//! - on `Autodiff<Mlx, C>` (both of burn-autodiff's checkpoint strategies), as one node of
+//!   Burn's autodiff graph whose backward pass is MLX's own vector-Jacobian product of the same
+//!   function (`mlx::core::vjp`): MLX's fast kernels come with their own backward kernels
+//!   (layer norm, RMS norm, attention), so the whole op is two MLX primitives in the step's graph
+//!   where Burn's decomposition records dozens;
+//! - on any other backend it gives the inputs back, and the caller composes the op from Burn's
+//!   ops.
+
+use crate::backend::Mlx;
+use crate::tensor::{MlxTensor, OrPanic};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::{
+    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
+};
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::Autodiff;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::Backend;
+use mlx_rs::Array;
+use std::any::{Any, TypeId};
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// A differentiable function of float MLX arrays to one float array.
+///
+/// The inputs that the op does not differentiate (masks, class indices, constants) are fields of
+/// the implementing type; [`forward`](Self::forward) receives only the differentiable ones.
+pub(crate) trait FusedOp: Send + Sync + Debug + 'static {
+    /// The op's name in error messages.
+    fn name(&self) -> &'static str;
+
+    /// The output, built from MLX ops on `inputs` (called once for the forward pass and once,
+    /// traced by MLX, for the backward pass).
+    fn forward(&self, inputs: &[Array]) -> Result<Array, mlx_rs::error::Exception>;
+}
+
+/// Runs `op` on `inputs` when `B` is [`Mlx`] or `Autodiff<Mlx>` (either checkpoint strategy);
+/// otherwise hands the inputs back unchanged. Quantized inputs are handed back too.
+pub(crate) fn apply<B: Backend>(
+    op: Arc<dyn FusedOp>,
+    inputs: Vec<FloatTensor<B>>,
+) -> Result<FloatTensor<B>, Vec<FloatTensor<B>>> {
+    let id = TypeId::of::<B>();
+    if id == TypeId::of::<Mlx>() {
+        let tensors: Vec<MlxTensor> = inputs.into_iter().map(cast).collect();
+        if tensors.iter().any(|t| t.quant.is_some()) {
+            return Err(tensors.into_iter().map(cast).collect());
+        }
+        return Ok(cast(forward_mlx(&*op, &tensors)));
+    }
+    if id == TypeId::of::<Autodiff<Mlx, NoCheckpointing>>() {
+        return Ok(apply_autodiff::<NoCheckpointing, B>(op, inputs));
+    }
+    if id == TypeId::of::<Autodiff<Mlx, BalancedCheckpointing>>() {
+        return Ok(apply_autodiff::<BalancedCheckpointing, B>(op, inputs));
+    }
+    Err(inputs)
+}
+
+/// Whether [`apply`] runs fused ops for backend `B`.
+pub(crate) fn is_mlx<B: Backend>() -> bool {
+    let id = TypeId::of::<B>();
+    id == TypeId::of::<Mlx>()
+        || id == TypeId::of::<Autodiff<Mlx, NoCheckpointing>>()
+        || id == TypeId::of::<Autodiff<Mlx, BalancedCheckpointing>>()
+}
+
+/// `value` as type `T`, which the caller has checked to be its type.
+fn cast<T: 'static, U: 'static>(value: T) -> U {
+    let boxed: Box<dyn Any> = Box::new(value);
+    *boxed
+        .downcast::<U>()
+        .unwrap_or_else(|_| unreachable!("the caller compared the type ids"))
+}
+
+/// The op's output on MLX tensors (all on the first input's device).
+fn forward_mlx(op: &dyn FusedOp, inputs: &[MlxTensor]) -> MlxTensor {
+    let device = inputs[0].device();
+    let arrays: Vec<Array> = inputs.iter().map(|t| t.array().clone()).collect();
+    let refs: Vec<&Array> = arrays.iter().collect();
+    let out = device
+        .scope(|| op.forward(&arrays))
+        .or_panic(op.name(), &refs);
+    MlxTensor::from_array(out, device)
+}
+
+/// The op on `Autodiff<Mlx, C>`, whose float primitive `B` is: dispatches on the number of inputs
+/// (burn-autodiff's nodes have a fixed number of parents).
+fn apply_autodiff<C: CheckpointStrategy, B: Backend>(
+    op: Arc<dyn FusedOp>,
+    inputs: Vec<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let inputs: Vec<FloatTensor<Autodiff<Mlx, C>>> = inputs.into_iter().map(cast).collect();
+    let out = match inputs.len() {
+        1 => node::<C, 1>(op, inputs),
+        2 => node::<C, 2>(op, inputs),
+        3 => node::<C, 3>(op, inputs),
+        4 => node::<C, 4>(op, inputs),
+        5 => node::<C, 5>(op, inputs),
+        n => unreachable!("fused ops take 1 to 5 differentiable inputs, not {n}"),
+    };
+    cast(out)
+}
+
+/// The backward step of a fused op: MLX's vector-Jacobian product of [`FusedOp::forward`] at the
+/// saved inputs.
+#[derive(Debug)]
+struct VjpBackward;
+
+/// What the backward step keeps: the op and its inputs (MLX arrays are reference-counted
+/// handles; keeping them is what Burn's own ops do with their saved tensors).
+#[derive(Debug, Clone)]
+struct VjpState {
+    op: Arc<dyn FusedOp>,
+    inputs: Vec<MlxTensor>,
+}
+
+impl<const N: usize> Backward<Mlx, N> for VjpBackward {
+    type State = VjpState;
+
+    fn backward(self, ops: Ops<VjpState, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad: MlxTensor = grads.consume::<Mlx>(&ops.node);
+        let VjpState { op, inputs } = ops.state;
+        let device = inputs[0].device();
+        let primals: Vec<Array> = inputs.iter().map(|t| t.array().clone()).collect();
+        let cotangent = grad.array().clone();
+        let name = op.name();
+        let result = device.scope(|| {
+            mlx_rs::transforms::fallible_vjp(
+                |xs: &[Array]| op.forward(xs).map(|y| vec![y]),
+                &primals,
+                std::slice::from_ref(&cotangent),
+            )
+        });
+        let mut refs: Vec<&Array> = primals.iter().collect();
+        refs.push(&cotangent);
+        let (_, input_grads) = result.or_panic(name, &refs);
+        for (parent, g) in ops.parents.iter().zip(input_grads) {
+            if let Some(node) = parent {
+                grads.register::<Mlx>(node.id, MlxTensor::from_array(g, device));
+            }
+        }
+    }
+}
+
+/// One autodiff node of `N` parents computing `op`.
+fn node<C: CheckpointStrategy, const N: usize>(
+    op: Arc<dyn FusedOp>,
+    inputs: Vec<FloatTensor<Autodiff<Mlx, C>>>,
+) -> FloatTensor<Autodiff<Mlx, C>> {
+    let nodes: [_; N] = std::array::from_fn(|i| inputs[i].node.clone());
+    let primitives: Vec<MlxTensor> = inputs.into_iter().map(|t| t.primitive).collect();
+    let output = forward_mlx(&*op, &primitives);
+    match Backward::<Mlx, N>::prepare::<C>(VjpBackward, nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(
+            VjpState {
+                op,
+                inputs: primitives,
+            },
+            output,
+        ),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    }
+}
+
+/// The MLX array behind a float primitive of `B` when `B` is [`Mlx`] or `Autodiff<Mlx>`.
+pub(crate) fn mlx_array<B: Backend>(tensor: FloatTensor<B>) -> Option<MlxTensor> {
+    let id = TypeId::of::<B>();
+    if id == TypeId::of::<Mlx>() {
+        Some(cast(tensor))
+    } else if id == TypeId::of::<Autodiff<Mlx, NoCheckpointing>>() {
+        Some(cast::<_, FloatTensor<Autodiff<Mlx, NoCheckpointing>>>(tensor).primitive)
+    } else if id == TypeId::of::<Autodiff<Mlx, BalancedCheckpointing>>() {
+        Some(cast::<_, FloatTensor<Autodiff<Mlx, BalancedCheckpointing>>>(tensor).primitive)
+    } else {
+        None
+    }
+}

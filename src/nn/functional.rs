@@ -1,0 +1,301 @@
+//! The fused ops behind [`crate::nn`]'s layers, as functions of Burn tensors for any backend.
+//!
+//! On [`Mlx`](crate::Mlx) and `Autodiff<Mlx>` each function is one MLX op forward (a fast
+//! kernel where MLX has one) and, under autodiff, one vector-Jacobian product backward (see the
+//! [module docs](super)). On every other backend it is composed from Burn's ops exactly as
+//! burn-nn's layer composes it, so a model gives the same results everywhere.
+
+use super::custom::{self, FusedOp};
+use crate::tensor::MlxTensor;
+use burn_tensor::activation::{log_softmax, softmax};
+use burn_tensor::backend::Backend;
+use burn_tensor::{Bool, DType, Int, Tensor, TensorPrimitive};
+use mlx_rs::error::Exception;
+use mlx_rs::{fast, ops, Array};
+use std::sync::Arc;
+
+/// `tensor`'s float primitive.
+fn prim<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> burn_backend::tensor::FloatTensor<B> {
+    tensor.into_primitive().tensor()
+}
+
+/// A float tensor of rank `D` from a primitive.
+fn wrap<B: Backend, const D: usize>(p: burn_backend::tensor::FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+/// A non-float tensor of `B` (the Bool or Int primitive of `Mlx` or `Autodiff<Mlx>`, which is
+/// the same `MlxTensor`) as an MLX tensor. `None` when `B` is not built on MLX.
+fn side_input<B: Backend, const D: usize, K>(tensor: Tensor<B, D, K>) -> Option<MlxTensor>
+where
+    K: burn_tensor::TensorKind<B> + burn_tensor::BasicOps<B>,
+    K::Primitive: 'static,
+{
+    let boxed: Box<dyn std::any::Any> = Box::new(tensor.into_primitive());
+    boxed.downcast::<MlxTensor>().ok().map(|t| *t)
+}
+
+/// Layer normalization over the last axis, `(x - mean) / sqrt(var + epsilon) · gamma + beta`
+/// with the biased variance: burn-nn's `LayerNorm`.
+///
+/// On MLX, `mlx::fast::layer_norm` forward and its own backward kernel.
+///
+/// # Panics
+///
+/// When `gamma` (or `beta`) is not as long as `x`'s last axis.
+pub fn layer_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Option<Tensor<B, 1>>,
+    epsilon: f64,
+) -> Tensor<B, D> {
+    let d = x.dims()[D - 1];
+    for (name, p) in [("gamma", Some(&gamma)), ("beta", beta.as_ref())] {
+        if let Some(p) = p {
+            assert_eq!(
+                p.dims()[0],
+                d,
+                "layer_norm: {name} has {} values for an input of shape {:?} (it must be as long \
+                 as the last axis)",
+                p.dims()[0],
+                x.dims()
+            );
+        }
+    }
+    let op = Arc::new(LayerNormOp {
+        epsilon: epsilon as f32,
+        bias: beta.is_some(),
+    });
+    let mut inputs = vec![prim(x), prim(gamma)];
+    inputs.extend(beta.map(prim));
+    match custom::apply::<B>(op, inputs) {
+        Ok(out) => wrap(out),
+        Err(mut inputs) => {
+            let beta = (inputs.len() == 3).then(|| inputs.pop().expect("three inputs"));
+            let gamma = inputs.pop().expect("gamma");
+            let x = inputs.pop().expect("x");
+            wrap(B::layer_norm(x, gamma, beta, epsilon))
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LayerNormOp {
+    epsilon: f32,
+    bias: bool,
+}
+
+impl FusedOp for LayerNormOp {
+    fn name(&self) -> &'static str {
+        "layer_norm"
+    }
+
+    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
+        let beta = if self.bias { Some(&xs[2]) } else { None };
+        fast::layer_norm(&xs[0], Some(&xs[1]), beta, self.epsilon)
+    }
+}
+
+/// Root-mean-square normalization over the last axis, `x / sqrt(mean(x²) + epsilon) · gamma`,
+/// with the mean square in f32: burn-nn's `RmsNorm`.
+///
+/// On MLX, `mlx::fast::rms_norm` forward and its own backward kernel.
+///
+/// # Panics
+///
+/// When `gamma` is not as long as `x`'s last axis.
+pub fn rms_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    epsilon: f64,
+) -> Tensor<B, D> {
+    assert_eq!(
+        gamma.dims()[0],
+        x.dims()[D - 1],
+        "rms_norm: gamma has {} values for an input of shape {:?} (it must be as long as the \
+         last axis)",
+        gamma.dims()[0],
+        x.dims()
+    );
+    let op = Arc::new(RmsNormOp {
+        epsilon: epsilon as f32,
+    });
+    match custom::apply::<B>(op, vec![prim(x), prim(gamma)]) {
+        Ok(out) => wrap(out),
+        Err(mut inputs) => {
+            let gamma: Tensor<B, 1> = wrap(inputs.pop().expect("gamma"));
+            let x: Tensor<B, D> = wrap(inputs.pop().expect("x"));
+            let dtype = x.dtype();
+            let rms = (x.clone().cast(DType::F32).square().mean_dim(D - 1) + epsilon).sqrt();
+            (x / rms.cast(dtype)) * gamma.unsqueeze()
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RmsNormOp {
+    epsilon: f32,
+}
+
+impl FusedOp for RmsNormOp {
+    fn name(&self) -> &'static str {
+        "rms_norm"
+    }
+
+    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
+        fast::rms_norm(&xs[0], Some(&xs[1]), self.epsilon)
+    }
+}
+
+/// Scaled dot-product attention, `softmax(q kᵀ · scale, masked) v`, over `[batch, heads, seq,
+/// head_dim]` tensors; `k` and `v` may have fewer heads than `q` (grouped-query attention) when
+/// their head count divides `q`'s.
+///
+/// `mask` (true = masked), broadcastable to `[batch, heads, seq_q, seq_k]`, sets the masked
+/// scores to `min_float` before the softmax, as burn-nn's `MultiHeadAttention` does (it uses
+/// -1e4). On MLX this is `mlx::fast::scaled_dot_product_attention` forward and backward (MLX's
+/// fused attention kernels where the device has them), with the mask added to the scores: a
+/// row whose every key is masked therefore attends as if unmasked instead of uniformly, the one
+/// case where the two differ.
+///
+/// # Panics
+///
+/// When the shapes do not fit together (the message gives them).
+pub fn attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: Option<Tensor<B, 4, Bool>>,
+    scale: f64,
+    min_float: f64,
+) -> Tensor<B, 4> {
+    let [b, h, _, d] = q.dims();
+    let [bk, hk, lk, dk] = k.dims();
+    let [bv, hv, lv, _] = v.dims();
+    assert!(
+        bk == b && bv == b && hk == hv && hk > 0 && h % hk == 0 && dk == d && lv == lk,
+        "attention: q {:?}, k {:?} and v {:?} do not fit ([batch, heads, seq, head_dim], with \
+         k's and v's head count dividing q's)",
+        q.dims(),
+        k.dims(),
+        v.dims()
+    );
+    if custom::is_mlx::<B>() {
+        let additive = mask.clone().map(|m| {
+            let m = side_input(m).expect("B is built on MLX");
+            let device = m.device();
+            let additive = device
+                .scope(|| {
+                    let fill = Array::from_f32(min_float as f32);
+                    let zero = Array::from_f32(0.0);
+                    ops::select(m.array(), &fill, &zero)
+                })
+                .expect("attention: the mask's fill");
+            MlxTensor::from_array(additive, device)
+        });
+        let op = Arc::new(AttentionOp {
+            scale: scale as f32,
+            mask: additive,
+        });
+        if let Ok(out) = custom::apply::<B>(op, vec![prim(q.clone()), prim(k.clone()), prim(v.clone())])
+        {
+            return wrap(out);
+        }
+    }
+    let groups = h / hk;
+    let (k, v) = if groups > 1 {
+        let expand = |t: Tensor<B, 4>| {
+            let [b, hk, l, d] = t.dims();
+            t.reshape([b, hk, 1, l, d])
+                .expand([b, hk, groups, l, d])
+                .reshape([b, hk * groups, l, d])
+        };
+        (expand(k), expand(v))
+    } else {
+        (k, v)
+    };
+    let mut scores = q.matmul(k.transpose()).mul_scalar(scale);
+    if let Some(mask) = mask {
+        scores = scores.mask_fill(mask, min_float);
+    }
+    softmax(scores, 3).matmul(v)
+}
+
+#[derive(Debug)]
+struct AttentionOp {
+    scale: f32,
+    /// The additive mask (0 or `min_float`), in f32.
+    mask: Option<MlxTensor>,
+}
+
+impl FusedOp for AttentionOp {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
+        let mask = match &self.mask {
+            Some(m) => Some(m.array().as_dtype(xs[0].dtype())?),
+            None => None,
+        };
+        fast::scaled_dot_product_attention(
+            &xs[0],
+            &xs[1],
+            &xs[2],
+            self.scale,
+            mask.as_ref().map(fast::ScaledDotProductAttentionMask::Array),
+            None,
+        )
+    }
+}
+
+/// The mean cross-entropy of `logits` `[batch, classes]` against class indices `targets`
+/// `[batch]`: `mean(logsumexp(logits) - logits[target])`, burn-nn's `CrossEntropyLoss` with its
+/// defaults (logits in, no smoothing, no weights, no padding).
+///
+/// On MLX, forward and backward are a few MLX ops each (the backward is `softmax - one_hot`),
+/// instead of Burn's decomposed log-softmax, gather and mean.
+///
+/// # Panics
+///
+/// When `targets` is not as long as `logits`' batch.
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    let [n, _] = logits.dims();
+    let [t] = targets.dims();
+    assert_eq!(
+        n, t,
+        "cross_entropy: {t} targets for logits of shape {:?} (one class index per row)",
+        logits.dims()
+    );
+    if custom::is_mlx::<B>() {
+        let ids = side_input(targets.clone()).expect("B is built on MLX");
+        let op = Arc::new(CrossEntropyOp { targets: ids });
+        if let Ok(out) = custom::apply::<B>(op, vec![prim(logits.clone())]) {
+            return wrap(out);
+        }
+    }
+    log_softmax(logits, 1)
+        .gather(1, targets.reshape([n, 1]))
+        .mean()
+        .neg()
+}
+
+#[derive(Debug)]
+struct CrossEntropyOp {
+    targets: MlxTensor,
+}
+
+impl FusedOp for CrossEntropyOp {
+    fn name(&self) -> &'static str {
+        "cross_entropy"
+    }
+
+    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
+        let logits = &xs[0];
+        let ids = self.targets.array().as_dtype(mlx_rs::Dtype::Int32)?;
+        let n = ids.shape()[0];
+        let picked = logits.take_along_axis(&ids.reshape(&[n, 1])?, 1)?;
+        let lse = logits.logsumexp_axis(1, true)?;
+        lse.subtract(&picked)?.mean(false)?.reshape(&[1])
+    }
+}

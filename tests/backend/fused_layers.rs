@@ -1,0 +1,427 @@
+//! `burn_mlx::nn`'s fused layers against burn-nn's on burn-ndarray: each op's forward pass and
+//! input gradients, a whole encoder's output and parameter gradients (post-norm and pre-norm,
+//! padding and causal masks), records loading both ways, Adam training tracking burn-nn's loss
+//! step by step, burn-nn's exact computation on other backends, and overlapped steps giving the
+//! same losses as plain ones.
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Bool, ElementConversion, Int, Tensor, TensorData};
+use burn_autodiff::Autodiff;
+use burn_mlx::nn::functional;
+use burn_mlx::{Mlx, MlxDevice};
+use burn_ndarray::{NdArray, NdArrayDevice};
+use burn_nn::attention::generate_autoregressive_mask;
+use burn_nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn_optim::{AdamConfig, GradientsParams, Optimizer};
+
+use crate::common::{rand_b, rand_f, rand_i};
+
+type MlxAd = Autodiff<Mlx>;
+type NdAd = Autodiff<NdArray>;
+
+const MD: MlxDevice = MlxDevice::Cpu;
+const ND: NdArrayDevice = NdArrayDevice::Cpu;
+
+/// Largest difference between two float tensors' values, relative to `1 + |reference|`.
+fn worst(a: TensorData, b: TensorData) -> f64 {
+    let a = a.convert::<f32>().to_vec::<f32>().unwrap();
+    let b = b.convert::<f32>().to_vec::<f32>().unwrap();
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| ((x - y).abs() / (1.0 + y.abs())) as f64)
+        .fold(0.0, f64::max)
+}
+
+fn assert_close(what: &str, a: TensorData, b: TensorData, tol: f64) {
+    let w = worst(a, b);
+    assert!(w <= tol, "{what}: differs by {w:e} (tolerance {tol:e})");
+}
+
+/// A float tensor on each backend, tracked for gradients.
+fn pair<const D: usize>(shape: [usize; D], seed: u64) -> (Tensor<MlxAd, D>, Tensor<NdAd, D>) {
+    let data = rand_f(&shape, (-2.0, 2.0), seed);
+    (
+        Tensor::from_data(data.clone(), &MD).require_grad(),
+        Tensor::from_data(data, &ND).require_grad(),
+    )
+}
+
+/// `sum(y · w)` for fixed pseudo-random weights `w`, so that every output element gets its own
+/// gradient.
+fn weighted_sum<B: Backend, const D: usize>(y: Tensor<B, D>, seed: u64) -> Tensor<B, 1> {
+    let w = Tensor::<B, D>::from_data(rand_f(&y.dims(), (-1.0, 1.0), seed), &y.device());
+    (y * w).sum()
+}
+
+#[test]
+fn layer_norm_and_rms_norm_match_burn_nn() {
+    for (shape, bias) in [([2, 5, 16], true), ([3, 1, 64], false)] {
+        let (xm, xn) = pair(shape, 1);
+        let (gm, gn) = pair([shape[2]], 2);
+        let (bm, bn) = pair([shape[2]], 3);
+        let ym = functional::layer_norm(xm.clone(), gm.clone(), bias.then(|| bm.clone()), 1e-5);
+        let yn = functional::layer_norm(xn.clone(), gn.clone(), bias.then(|| bn.clone()), 1e-5);
+        assert_close("layer_norm", ym.to_data(), yn.to_data(), 1e-5);
+        let gm_all = weighted_sum(ym, 4).backward();
+        let gn_all = weighted_sum(yn, 4).backward();
+        assert_close(
+            "layer_norm dx",
+            xm.grad(&gm_all).unwrap().to_data(),
+            xn.grad(&gn_all).unwrap().to_data(),
+            1e-4,
+        );
+        assert_close(
+            "layer_norm dgamma",
+            gm.grad(&gm_all).unwrap().to_data(),
+            gn.grad(&gn_all).unwrap().to_data(),
+            1e-4,
+        );
+        if bias {
+            assert_close(
+                "layer_norm dbeta",
+                bm.grad(&gm_all).unwrap().to_data(),
+                bn.grad(&gn_all).unwrap().to_data(),
+                1e-4,
+            );
+        }
+
+        let ym = functional::rms_norm(xm.clone(), gm.clone(), 1e-6);
+        let yn = functional::rms_norm(xn.clone(), gn.clone(), 1e-6);
+        assert_close("rms_norm", ym.to_data(), yn.to_data(), 1e-5);
+        let gm_all = weighted_sum(ym, 5).backward();
+        let gn_all = weighted_sum(yn, 5).backward();
+        assert_close(
+            "rms_norm dx",
+            xm.grad(&gm_all).unwrap().to_data(),
+            xn.grad(&gn_all).unwrap().to_data(),
+            1e-4,
+        );
+        assert_close(
+            "rms_norm dgamma",
+            gm.grad(&gm_all).unwrap().to_data(),
+            gn.grad(&gn_all).unwrap().to_data(),
+            1e-4,
+        );
+    }
+}
+
+#[test]
+fn attention_matches_composed_attention() {
+    // Grouped-query ratios 1, 2 and 4, with and without a mask, head dims 8 and 16.
+    for (heads, kv_heads, d, masked) in [(4, 4, 8, true), (4, 2, 16, false), (8, 2, 8, true)] {
+        let (b, lq, lk) = (2, 5, 7);
+        let (qm, qn) = pair([b, heads, lq, d], 10);
+        let (km, kn) = pair([b, kv_heads, lk, d], 11);
+        let (vm, vn) = pair([b, kv_heads, lk, d], 12);
+        let mask = rand_b(&[b, 1, lq, lk], 0.3, 13);
+        let (mm, mn) = if masked {
+            (
+                Some(Tensor::<MlxAd, 4, Bool>::from_data(mask.clone(), &MD)),
+                Some(Tensor::<NdAd, 4, Bool>::from_data(mask, &ND)),
+            )
+        } else {
+            (None, None)
+        };
+        let scale = 1.0 / (d as f64).sqrt();
+        let ym = functional::attention(qm.clone(), km.clone(), vm.clone(), mm, scale, -1e4);
+        let yn = functional::attention(qn.clone(), kn.clone(), vn.clone(), mn, scale, -1e4);
+        let what = format!("attention (heads {heads}/{kv_heads}, d {d}, mask {masked})");
+        assert_close(&what, ym.to_data(), yn.to_data(), 1e-5);
+        let gm = weighted_sum(ym, 14).backward();
+        let gn = weighted_sum(yn, 14).backward();
+        for (name, a, c) in [("dq", &qm, &qn), ("dk", &km, &kn), ("dv", &vm, &vn)] {
+            assert_close(
+                &format!("{what} {name}"),
+                a.grad(&gm).unwrap().to_data(),
+                c.grad(&gn).unwrap().to_data(),
+                1e-4,
+            );
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_matches_burn_nn() {
+    let (lm, ln) = pair([6, 11], 20);
+    let targets = rand_i(&[6], 0, 11, 21);
+    let tm = Tensor::<MlxAd, 1, Int>::from_data(targets.clone(), &MD);
+    let tn = Tensor::<NdAd, 1, Int>::from_data(targets, &ND);
+    let ym = functional::cross_entropy(lm.clone(), tm);
+    let reference = burn_nn::loss::CrossEntropyLossConfig::new()
+        .init(&ND)
+        .forward(ln.clone(), tn);
+    assert_close("cross_entropy", ym.to_data(), reference.to_data(), 1e-6);
+    let gm = ym.backward();
+    let gn = reference.backward();
+    assert_close(
+        "cross_entropy dlogits",
+        lm.grad(&gm).unwrap().to_data(),
+        ln.grad(&gn).unwrap().to_data(),
+        1e-6,
+    );
+}
+
+const VOCAB: usize = 16;
+const SEQ: usize = 9;
+const D_MODEL: usize = 32;
+
+/// One model, written twice: with burn-nn's encoder (`NnLm`) and with burn-mlx's (`FusedLm`).
+/// The two have the same record layout.
+macro_rules! tiny_lm {
+    ($name:ident, $encoder:ty, $config:ty, $input:ty, $loss:expr) => {
+        #[derive(Module, Debug)]
+        struct $name<B: Backend> {
+            tokens: Embedding<B>,
+            encoder: $encoder,
+            head: Linear<B>,
+        }
+
+        impl<B: Backend> $name<B> {
+            fn new(norm_first: bool, device: &B::Device) -> Self {
+                Self {
+                    tokens: EmbeddingConfig::new(VOCAB, D_MODEL).init(device),
+                    encoder: <$config>::new(D_MODEL, 48, 4, 2)
+                        .with_dropout(0.0)
+                        .with_norm_first(norm_first)
+                        .init(device),
+                    head: LinearConfig::new(D_MODEL, VOCAB).init(device),
+                }
+            }
+
+            /// Logits `[batch, seq, vocab]` under a causal mask and a padding mask.
+            fn logits(&self, tokens: Tensor<B, 2, Int>, pad: Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+                let [batch, seq] = tokens.dims();
+                let device = tokens.device();
+                let x = self.tokens.forward(tokens);
+                let causal = generate_autoregressive_mask::<B>(batch, seq, &device);
+                let h = self
+                    .encoder
+                    .forward(<$input>::new(x).mask_attn(causal).mask_pad(pad));
+                self.head.forward(h)
+            }
+
+            /// Mean next-token cross-entropy.
+            fn loss(&self, tokens: Tensor<B, 2, Int>, pad: Tensor<B, 2, Bool>) -> Tensor<B, 1> {
+                let [batch, seq] = tokens.dims();
+                let logits = self
+                    .logits(tokens.clone(), pad)
+                    .slice([0..batch, 0..seq - 1])
+                    .reshape([batch * (seq - 1), VOCAB]);
+                let targets = tokens.slice([0..batch, 1..seq]).reshape([batch * (seq - 1)]);
+                $loss(logits, targets)
+            }
+        }
+    };
+}
+
+tiny_lm!(
+    NnLm,
+    burn_nn::transformer::TransformerEncoder<B>,
+    burn_nn::transformer::TransformerEncoderConfig,
+    burn_nn::transformer::TransformerEncoderInput<B>,
+    |logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>| {
+        let device = logits.device();
+        burn_nn::loss::CrossEntropyLossConfig::new()
+            .init(&device)
+            .forward(logits, targets)
+    }
+);
+tiny_lm!(
+    FusedLm,
+    burn_mlx::nn::TransformerEncoder<B>,
+    burn_mlx::nn::TransformerEncoderConfig,
+    burn_mlx::nn::TransformerEncoderInput<B>,
+    functional::cross_entropy
+);
+
+/// A batch of tokens and a padding mask (the last key of the second row is padding).
+fn batch<B: Backend>(seed: u64, device: &B::Device) -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
+    let tokens = Tensor::from_data(rand_i(&[3, SEQ], 0, VOCAB as i64, seed), device);
+    let mut pad = vec![false; 3 * SEQ];
+    pad[2 * SEQ - 1] = true;
+    (tokens, Tensor::from_data(TensorData::new(pad, [3, SEQ]), device))
+}
+
+fn parameters<B: Backend, M: Module<B>>(module: &M) -> Vec<TensorData> {
+    struct Collect(Vec<TensorData>);
+    impl<B: Backend> ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.val().to_data());
+        }
+    }
+    let mut c = Collect(Vec::new());
+    module.visit(&mut c);
+    c.0
+}
+
+fn gradients<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradients) -> Vec<TensorData> {
+    struct Collect<'a, B: AutodiffBackend>(Vec<TensorData>, &'a B::Gradients);
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.val().grad(self.1).expect("every parameter has a gradient").to_data());
+        }
+    }
+    let mut c = Collect(Vec::new(), grads);
+    module.visit(&mut c);
+    c.0
+}
+
+/// A burn-nn model on burn-ndarray and the fused model on `Autodiff<Mlx>` with the same weights,
+/// moved through burn-nn's record.
+fn models(norm_first: bool, seed: u64) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
+    let nn = {
+        let _rng = crate::common::ndarray_rng::ndarray_rng();
+        NdAd::seed(&ND, seed);
+        let nn = NnLm::<NdAd>::new(norm_first, &ND);
+        parameters(&nn);
+        nn
+    };
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let bytes = recorder.record(nn.clone().into_record(), ()).unwrap();
+    let record = recorder.load(bytes, &MD).expect("burn-nn's record loads into the fused model");
+    (FusedLm::<MlxAd>::new(norm_first, &MD).load_record(record), nn)
+}
+
+#[test]
+fn fused_encoder_matches_burn_nn_with_masks() {
+    for norm_first in [false, true] {
+        let (fused, nn) = models(norm_first, 31);
+        let (tm, pm) = batch::<MlxAd>(32, &MD);
+        let (tn, pn) = batch::<NdAd>(32, &ND);
+        let ym = fused.logits(tm, pm);
+        let yn = nn.logits(tn, pn);
+        let what = format!("encoder (norm_first {norm_first})");
+        assert_close(&what, ym.to_data(), yn.to_data(), 1e-5);
+        let gm = weighted_sum(ym, 33).backward();
+        let gn = weighted_sum(yn, 33).backward();
+        let (a, b) = (gradients(&fused, &gm), gradients(&nn, &gn));
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.into_iter().zip(b).enumerate() {
+            assert_close(&format!("{what}: gradient of parameter {i}"), x, y, 1e-4);
+        }
+    }
+}
+
+#[test]
+fn records_load_both_ways() {
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let (fused, nn) = models(false, 41);
+    // Fused → burn-nn: the fused model's record loads into a burn-nn model with the same values.
+    let bytes = recorder.record(fused.clone().into_record(), ()).unwrap();
+    let back: NnLm<NdAd> = {
+        let _rng = crate::common::ndarray_rng::ndarray_rng();
+        NnLm::<NdAd>::new(false, &ND).load_record(recorder.load(bytes, &ND).unwrap())
+    };
+    let (a, b) = (parameters(&back), parameters(&nn));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.into_iter().zip(b) {
+        assert_eq!(x.convert::<f32>(), y.convert::<f32>());
+    }
+    // And the fused config's init draws burn-nn's weights: the same seed, the same encoder.
+    let _rng = crate::common::ndarray_rng::ndarray_rng();
+    NdAd::seed(&ND, 42);
+    // (Burn draws a parameter's initial values when it is first read.)
+    let ours = parameters(&burn_mlx::nn::TransformerEncoderConfig::new(8, 16, 2, 1).init::<NdAd>(&ND));
+    NdAd::seed(&ND, 42);
+    let theirs =
+        parameters(&burn_nn::transformer::TransformerEncoderConfig::new(8, 16, 2, 1).init::<NdAd>(&ND));
+    assert_eq!(ours.len(), theirs.len());
+    for (x, y) in ours.into_iter().zip(theirs) {
+        assert_eq!(x, y);
+    }
+}
+
+#[test]
+fn other_backends_compute_exactly_what_burn_nn_does() {
+    let (fused_mlx, nn) = models(true, 51);
+    let fused_nd: FusedLm<NdAd> = {
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let bytes = recorder.record(fused_mlx.into_record(), ()).unwrap();
+        let _rng = crate::common::ndarray_rng::ndarray_rng();
+        FusedLm::<NdAd>::new(true, &ND).load_record(recorder.load(bytes, &ND).unwrap())
+    };
+    let (t, p) = batch::<NdAd>(52, &ND);
+    let a = fused_nd.logits(t.clone(), p.clone());
+    let b = nn.logits(t, p);
+    assert_eq!(a.to_data(), b.to_data());
+}
+
+/// Adam steps of a model: the loss at each step.
+fn train<B: AutodiffBackend, M, O>(
+    mut model: M,
+    mut optim: O,
+    steps: usize,
+    device: &B::Device,
+    loss: impl Fn(&M, Tensor<B, 2, Int>, Tensor<B, 2, Bool>) -> Tensor<B, 1>,
+    overlap: bool,
+) -> Vec<f64>
+where
+    M: burn::module::AutodiffModule<B>,
+    O: Optimizer<M, B>,
+{
+    let mut losses = Vec::new();
+    let mut pending = None;
+    for step in 0..steps {
+        // Two batches in turn, which the model learns by heart.
+        let (tokens, pad) = batch::<B>(100 + step as u64 % 2, device);
+        let l = loss(&model, tokens, pad);
+        let grads = GradientsParams::from_grads(l.backward(), &model);
+        model = optim.step(3e-3, model, grads);
+        if overlap {
+            burn_mlx::nn::start_step(&model, &[l.clone()]).unwrap();
+            if let Some(previous) = pending.replace(l) {
+                losses.push(Tensor::<B, 1>::into_scalar(previous).elem::<f64>());
+            }
+        } else {
+            losses.push(l.into_scalar().elem::<f64>());
+        }
+    }
+    if let Some(last) = pending {
+        losses.push(Tensor::<B, 1>::into_scalar(last).elem::<f64>());
+    }
+    losses
+}
+
+#[test]
+fn adam_training_tracks_burn_nn_and_overlap_changes_nothing() {
+    for norm_first in [false, true] {
+        let (fused, nn) = models(norm_first, 61);
+        let ours = train(
+            fused.clone(),
+            AdamConfig::new().init(),
+            20,
+            &MD,
+            |m: &FusedLm<MlxAd>, t, p| m.loss(t, p),
+            false,
+        );
+        let theirs = train(
+            nn,
+            AdamConfig::new().init(),
+            20,
+            &ND,
+            |m: &NnLm<NdAd>, t, p| m.loss(t, p),
+            false,
+        );
+        println!("norm_first {norm_first}\n fused  {ours:?}\n burn-nn {theirs:?}");
+        for (step, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs(),
+                "norm_first {norm_first}, step {step}: loss {a} (fused, Mlx) against {b} \
+                 (burn-nn, NdArray)"
+            );
+        }
+        assert!(ours[19] < 0.9 * ours[0], "the loss falls: {ours:?}");
+        let overlapped = train(
+            fused,
+            AdamConfig::new().init(),
+            20,
+            &MD,
+            |m: &FusedLm<MlxAd>, t, p| m.loss(t, p),
+            true,
+        );
+        assert_eq!(overlapped, ours, "overlapped steps change the losses");
+    }
+}
