@@ -65,9 +65,10 @@ def mlx_matmul(n, dtype_name):
 LM_VOCAB, LM_D, LM_HEADS, LM_LAYERS, LM_FF, LM_SEQ, LM_BATCH = 10240, 512, 8, 6, 2048, 256, 8
 
 
-def decoder_lm(dev):
-    """The decoder LM of `models.rs` (29.5M parameters): token and learned position embeddings,
-    pre-norm Transformer layers under a causal mask, final LayerNorm, untied output layer."""
+def decoder_lm(dev, batch=LM_BATCH):
+    """The decoder LM of `models.rs` (29.5M parameters) and a batch of `batch` sequences: token
+    and learned position embeddings, pre-norm Transformer layers under a causal mask, final
+    LayerNorm, untied output layer."""
     import torch
     from torch import nn
 
@@ -91,11 +92,27 @@ def decoder_lm(dev):
             x = self.layers(x, mask=self.mask, is_causal=True)
             return self.head(self.norm(x))
 
-    n = LM_BATCH * LM_SEQ
-    ids = torch.tensor([i * 7919 % LM_VOCAB for i in range(n)], device=dev).reshape(LM_BATCH, LM_SEQ)
+    n = batch * LM_SEQ
+    ids = torch.tensor([i * 7919 % LM_VOCAB for i in range(n)], device=dev).reshape(batch, LM_SEQ)
     targets = torch.tensor([(i * 31 + 7) % LM_VOCAB for i in range(n)], device=dev)
     ce = nn.CrossEntropyLoss()
     return DecoderLm().to(dev), ids, lambda o: ce(o.reshape(n, LM_VOCAB), targets)
+
+
+def encoder(dev, batch):
+    """The Transformer encoder of `mlp_encoder.rs` (d_model 256, 8 heads, 2 post-norm layers,
+    feed-forward 1024, GELU, no dropout), an input of `batch` sequences of 128 and its MSE loss
+    against a random target: (model, input, loss function)."""
+    import torch
+    from torch import nn
+
+    layer = nn.TransformerEncoderLayer(
+        d_model=256, nhead=8, dim_feedforward=1024, dropout=0.0,
+        activation="gelu", batch_first=True, norm_first=False,
+    )
+    enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(dev)
+    target = torch.rand(batch, 128, 256, device=dev)
+    return enc, torch.rand(batch, 128, 256, device=dev), lambda o: ((o - target) ** 2).mean()
 
 
 def torch_models():
@@ -116,18 +133,10 @@ def torch_models():
         nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, 10),
     ).to(dev)
     y64 = labels(64)
-    layer = nn.TransformerEncoderLayer(
-        d_model=256, nhead=8, dim_feedforward=1024, dropout=0.0,
-        activation="gelu", batch_first=True, norm_first=False,
-    )
-    enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(dev)
-    target = torch.rand(16, 128, 256, device=dev)
     return {
         "MLP step (batch 128)": (mlp, torch.rand(128, 784, device=dev), lambda o: ce(o, y)),
         "CNN step (batch 64)": (cnn, torch.rand(64, 1, 28, 28, device=dev), lambda o: ce(o, y64)),
-        "Transformer step (batch 16)": (
-            enc, torch.rand(16, 128, 256, device=dev), lambda o: ((o - target) ** 2).mean()
-        ),
+        "Transformer step (batch 16)": encoder(dev, 16),
         "Decoder LM step (batch 8)": decoder_lm(dev),
     }
 

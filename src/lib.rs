@@ -61,6 +61,7 @@ pub mod grad;
 mod graph;
 mod interop;
 mod native;
+pub mod nn;
 mod ops;
 pub mod quant;
 mod rng;

@@ -172,7 +172,7 @@ impl<B: Backend> MultiHeadAttention<B> {
     /// Attention of `input`'s queries over its keys and values, projected back to `d_model`.
     pub fn forward(&self, input: MhaInput<B>) -> MhaOutput<B> {
         let dropout_active = B::ad_enabled(&input.query.device()) && self.dropout.prob > 0.0;
-        if self.quiet_softmax || dropout_active || !super::custom::is_mlx::<B>() {
+        if self.quiet_softmax || dropout_active || !super::custom::fuses::<B>(&input.query.device()) {
             return self.forward_with_weights(input);
         }
         let [batch, seq_q, d_model] = input.query.dims();

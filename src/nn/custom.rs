@@ -13,6 +13,7 @@
 //!   ops.
 
 use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::tensor::{MlxTensor, OrPanic};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::{
@@ -26,6 +27,7 @@ use burn_backend::Backend;
 use mlx_rs::Array;
 use std::any::{Any, TypeId};
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A differentiable function of float MLX arrays to one float array.
@@ -41,12 +43,32 @@ pub(crate) trait FusedOp: Send + Sync + Debug + 'static {
     fn forward(&self, inputs: &[Array]) -> Result<Array, mlx_rs::error::Exception>;
 }
 
-/// Runs `op` on `inputs` when `B` is [`Mlx`] or `Autodiff<Mlx>` (either checkpoint strategy);
-/// otherwise hands the inputs back unchanged. Quantized inputs are handed back too.
+/// Whether fused ops run on the CPU too (see [`crate::nn::fuse_on_cpu`]).
+static FUSE_ON_CPU: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether fused ops run on MLX's CPU device (see [`crate::nn::fuse_on_cpu`]).
+pub(crate) fn set_fuse_on_cpu(on: bool) {
+    FUSE_ON_CPU.store(on, Ordering::Relaxed);
+}
+
+/// Whether a fused op on `device` runs fused.
+fn fused_on(device: MlxDevice) -> bool {
+    device == MlxDevice::Gpu || FUSE_ON_CPU.load(Ordering::Relaxed)
+}
+
+/// Runs `op` on `inputs` when `B` is [`Mlx`] or `Autodiff<Mlx>` (either checkpoint strategy) on
+/// a device where fused ops run; otherwise hands the inputs back unchanged. Quantized inputs are
+/// handed back too.
 pub(crate) fn apply<B: Backend>(
     op: Arc<dyn FusedOp>,
     inputs: Vec<FloatTensor<B>>,
 ) -> Result<FloatTensor<B>, Vec<FloatTensor<B>>> {
+    let Some(device) = inputs.first().and_then(|t| mlx_device::<B>(t)) else {
+        return Err(inputs);
+    };
+    if !fused_on(device) {
+        return Err(inputs);
+    }
     let id = TypeId::of::<B>();
     if id == TypeId::of::<Mlx>() {
         let tensors: Vec<MlxTensor> = inputs.into_iter().map(cast).collect();
@@ -58,10 +80,30 @@ pub(crate) fn apply<B: Backend>(
     if id == TypeId::of::<Autodiff<Mlx, NoCheckpointing>>() {
         return Ok(apply_autodiff::<NoCheckpointing, B>(op, inputs));
     }
-    if id == TypeId::of::<Autodiff<Mlx, BalancedCheckpointing>>() {
-        return Ok(apply_autodiff::<BalancedCheckpointing, B>(op, inputs));
+    Ok(apply_autodiff::<BalancedCheckpointing, B>(op, inputs))
+}
+
+/// The device of a float primitive of `B` when `B` is [`Mlx`] or `Autodiff<Mlx>`.
+fn mlx_device<B: Backend>(tensor: &FloatTensor<B>) -> Option<MlxDevice> {
+    let any: &dyn Any = tensor;
+    if let Some(t) = any.downcast_ref::<MlxTensor>() {
+        return Some(t.device());
     }
-    Err(inputs)
+    if let Some(t) = any.downcast_ref::<FloatTensor<Autodiff<Mlx, NoCheckpointing>>>() {
+        return Some(t.primitive.device());
+    }
+    any.downcast_ref::<FloatTensor<Autodiff<Mlx, BalancedCheckpointing>>>()
+        .map(|t| t.primitive.device())
+}
+
+/// Whether fused ops run for a tensor of backend `B` on `device`: `B` is built on MLX and the
+/// device is one where fused ops run.
+pub(crate) fn fuses<B: Backend>(device: &B::Device) -> bool {
+    if !is_mlx::<B>() {
+        return false;
+    }
+    let any: &dyn Any = device;
+    any.downcast_ref::<MlxDevice>().is_some_and(|d| fused_on(*d))
 }
 
 /// Whether [`apply`] runs fused ops for backend `B`.

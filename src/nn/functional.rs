@@ -180,7 +180,7 @@ pub fn attention<B: Backend>(
         k.dims(),
         v.dims()
     );
-    if custom::is_mlx::<B>() {
+    if custom::fuses::<B>(&q.device()) {
         let additive = mask.clone().map(|m| {
             let m = side_input(m).expect("B is built on MLX");
             let device = m.device();
@@ -267,7 +267,7 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
         "cross_entropy: {t} targets for logits of shape {:?} (one class index per row)",
         logits.dims()
     );
-    if custom::is_mlx::<B>() {
+    if custom::fuses::<B>(&logits.device()) {
         let ids = side_input(targets.clone()).expect("B is built on MLX");
         let op = Arc::new(CrossEntropyOp { targets: ids });
         if let Ok(out) = custom::apply::<B>(op, vec![prim(logits.clone())]) {

@@ -60,6 +60,18 @@ pub use transformer::{
 };
 
 use crate::error::MlxError;
+
+/// Whether the fused layers run fused on MLX's CPU device too (off by default).
+///
+/// MLX has fused kernels for layer norm, RMS norm and attention on Metal and CUDA; on the CPU
+/// its fast ops are compositions of ordinary ops, and training through them (forward, then
+/// MLX's VJP of the composition) measured slower than burn-nn's computation on the 2-core CPU
+/// of `benches/training.md` (the encoder 0.85×, the decoder LM 0.70×). So on the CPU the layers compute
+/// burn-nn's way unless this is switched on; the results are the same within rounding either
+/// way. The setting is process-wide.
+pub fn fuse_on_cpu(on: bool) {
+    custom::set_fuse_on_cpu(on);
+}
 use burn_core::module::{Module, ModuleVisitor, Param};
 use burn_tensor::backend::Backend;
 use burn_tensor::Tensor;

@@ -24,6 +24,11 @@ type NdAd = Autodiff<NdArray>;
 const MD: MlxDevice = MlxDevice::Cpu;
 const ND: NdArrayDevice = NdArrayDevice::Cpu;
 
+/// The fused path on this CPU device: these tests check the fused ops themselves.
+fn fused() {
+    burn_mlx::nn::fuse_on_cpu(true);
+}
+
 /// Largest difference between two float tensors' values, relative to `1 + |reference|`.
 fn worst(a: TensorData, b: TensorData) -> f64 {
     let a = a.convert::<f32>().to_vec::<f32>().unwrap();
@@ -42,6 +47,7 @@ fn assert_close(what: &str, a: TensorData, b: TensorData, tol: f64) {
 
 /// A float tensor on each backend, tracked for gradients.
 fn pair<const D: usize>(shape: [usize; D], seed: u64) -> (Tensor<MlxAd, D>, Tensor<NdAd, D>) {
+    fused();
     let data = rand_f(&shape, (-2.0, 2.0), seed);
     (
         Tensor::from_data(data.clone(), &MD).require_grad(),
@@ -272,6 +278,7 @@ fn gradients<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradients)
 /// A burn-nn model on burn-ndarray and the fused model on `Autodiff<Mlx>` with the same weights,
 /// moved through burn-nn's record.
 fn models(norm_first: bool, seed: u64) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
+    fused();
     let nn = {
         let _rng = crate::common::ndarray_rng::ndarray_rng();
         NdAd::seed(&ND, seed);

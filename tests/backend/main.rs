@@ -20,6 +20,7 @@ mod bool_ops;
 mod errors;
 mod export;
 mod float_ops;
+mod fused_layers;
 mod fuzz;
 mod half_precision;
 mod hostile;
