@@ -63,6 +63,7 @@ mod interop;
 mod native;
 pub mod nn;
 mod ops;
+pub mod optim;
 pub mod quant;
 mod rng;
 mod scalar_tape;

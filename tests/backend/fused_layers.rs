@@ -398,7 +398,7 @@ fn adam_training_tracks_burn_nn_and_overlap_changes_nothing() {
         let (fused, nn) = models(norm_first, 61);
         let ours = train(
             fused.clone(),
-            AdamConfig::new().init(),
+            burn_mlx::optim::AdamConfig::new().init(),
             20,
             &MD,
             |m: &FusedLm<MlxAd>, t, p| m.loss(t, p),
@@ -423,7 +423,7 @@ fn adam_training_tracks_burn_nn_and_overlap_changes_nothing() {
         assert!(ours[19] < 0.9 * ours[0], "the loss falls: {ours:?}");
         let overlapped = train(
             fused,
-            AdamConfig::new().init(),
+            burn_mlx::optim::AdamConfig::new().init(),
             20,
             &MD,
             |m: &FusedLm<MlxAd>, t, p| m.loss(t, p),

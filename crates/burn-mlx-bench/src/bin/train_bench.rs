@@ -1,6 +1,8 @@
 //! Training throughput at real batch sizes: the Transformer encoder and the decoder LM of
 //! burn-mlx-models' shapes, each with burn-nn's layers and with `burn_mlx::nn`'s fused layers,
-//! with the loss read every step or overlapped (`burn_mlx::nn::start_step`).
+//! with the loss read every step or overlapped (`burn_mlx::nn::start_step`). The fused rows
+//! use `burn_mlx::optim::Adam` (one compiled kernel per parameter update), the others
+//! burn-optim's Adam.
 //!
 //! ```text
 //! cargo run --release -p burn-mlx-bench --features cuda --bin train_bench -- --json mlx.json
@@ -214,12 +216,28 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Times Adam steps of `model` on `loss`; `overlap` reads each loss after the next step has
 /// started.
 fn time_steps<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: M,
+    loss: &dyn Fn(&M) -> Tensor<B, 1>,
+    steps: usize,
+    variant: &str,
+) -> (f64, f64, f64, f64, Option<usize>) {
+    let overlap = variant.ends_with("overlap");
+    if variant.starts_with("fused") {
+        let optim = burn_mlx::optim::AdamConfig::new().init::<B, M>();
+        time_with(model, optim, loss, steps, overlap)
+    } else {
+        time_with(model, AdamConfig::new().init::<B, M>(), loss, steps, overlap)
+    }
+}
+
+/// [`time_steps`] with optimizer `optim`.
+fn time_with<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
     mut model: M,
+    mut optim: O,
     loss: &dyn Fn(&M) -> Tensor<B, 1>,
     steps: usize,
     overlap: bool,
 ) -> (f64, f64, f64, f64, Option<usize>) {
-    let mut optim = AdamConfig::new().init::<B, M>();
     let (mut total, mut build, mut start, mut wait) = (vec![], vec![], vec![], vec![]);
     let mut pending: Option<Tensor<B, 1>> = None;
     let mut primitives = None;
@@ -315,13 +333,12 @@ fn run_rows<B: AutodiffBackend>(
         let x = Tensor::<B, 3>::random(shape(b), Distribution::Default, device);
         let target = Tensor::<B, 3>::random(shape(b), Distribution::Default, device);
         for &v in variants {
-            let overlap = v.ends_with("overlap");
             let r = if v.starts_with("fused") {
                 let m = fused_layers::EncoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(x.clone(), target.clone()), args.steps, overlap)
+                time_steps(m, &|m| m.loss(x.clone(), target.clone()), args.steps, v)
             } else {
                 let m = nn_layers::EncoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(x.clone(), target.clone()), args.steps, overlap)
+                time_steps(m, &|m| m.loss(x.clone(), target.clone()), args.steps, v)
             };
             record("encoder", b, v, r);
         }
@@ -329,13 +346,12 @@ fn run_rows<B: AutodiffBackend>(
     for b in dec_batches {
         let data = LmData::<B>::new(b, device);
         for &v in variants {
-            let overlap = v.ends_with("overlap");
             let r = if v.starts_with("fused") {
                 let m = fused_layers::DecoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(&data), args.steps, overlap)
+                time_steps(m, &|m| m.loss(&data), args.steps, v)
             } else {
                 let m = nn_layers::DecoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(&data), args.steps, overlap)
+                time_steps(m, &|m| m.loss(&data), args.steps, v)
             };
             record("decoder", b, v, r);
         }
