@@ -6,9 +6,9 @@
 //! - on [`Mlx`], as the MLX function itself;
 //! - on `Autodiff<Mlx, C>` (both of burn-autodiff's checkpoint strategies), as one node of
 //!   Burn's autodiff graph whose backward pass is MLX's own vector-Jacobian product of the same
-//!   function (`mlx::core::vjp`): MLX's fast kernels come with their own backward kernels
-//!   (layer norm, RMS norm, attention), so the whole op is two MLX primitives in the step's graph
-//!   where Burn's decomposition records dozens;
+//!   function (`mlx::core::vjp`), compiled by MLX (`mlx::core::compile`, once per op and input
+//!   signature) so that its elementwise runs become fused kernels: the op is one primitive
+//!   forward and a few backward in the step's graph, where Burn's decomposition records dozens;
 //! - on any other backend it gives the inputs back, and the caller composes the op from Burn's
 //!   ops.
 
@@ -26,21 +26,75 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
 use mlx_rs::Array;
 use std::any::{Any, TypeId};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A differentiable function of float MLX arrays to one float array.
 ///
-/// The inputs that the op does not differentiate (masks, class indices, constants) are fields of
-/// the implementing type; [`forward`](Self::forward) receives only the differentiable ones.
+/// The inputs that the op does not differentiate (masks, class indices) are
+/// [`side_inputs`](Self::side_inputs); settings (epsilon, scale) are fields, named by
+/// [`key`](Self::key).
 pub(crate) trait FusedOp: Send + Sync + Debug + 'static {
     /// The op's name in error messages.
     fn name(&self) -> &'static str;
 
-    /// The output, built from MLX ops on `inputs` (called once for the forward pass and once,
-    /// traced by MLX, for the backward pass).
-    fn forward(&self, inputs: &[Array]) -> Result<Array, mlx_rs::error::Exception>;
+    /// The op's name and every setting that [`forward`](Self::forward) bakes in: ops with the
+    /// same key share one compiled backward function.
+    fn key(&self) -> String;
+
+    /// The inputs that are not differentiated, passed to [`forward`](Self::forward) as `side`.
+    fn side_inputs(&self) -> Vec<Array> {
+        Vec::new()
+    }
+
+    /// The output, built from MLX ops on the differentiable `inputs` and the `side` inputs
+    /// (called for the forward pass, and traced by MLX for the backward pass).
+    fn forward(&self, inputs: &[Array], side: &[Array]) -> Result<Array, mlx_rs::error::Exception>;
+}
+
+/// A compiled backward function: primals, side inputs and the cotangent in, one gradient per
+/// primal out.
+type BackwardFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, mlx_rs::error::Exception>>;
+
+thread_local! {
+    /// The compiled backward function of each op key (MLX keeps one trace per input
+    /// signature). Burn runs a backward pass on the thread that calls `backward`.
+    static BACKWARD: RefCell<HashMap<String, BackwardFn>> = RefCell::new(HashMap::new());
+}
+
+/// The gradients of `op`'s differentiable inputs `primals` for the output's `cotangent`: MLX's
+/// vector-Jacobian product of [`FusedOp::forward`], compiled by MLX once per op key and input
+/// signature so that its elementwise runs become fused kernels.
+fn vjp_compiled(
+    op: &Arc<dyn FusedOp>,
+    primals: &[Array],
+    cotangent: &Array,
+) -> Result<Vec<Array>, mlx_rs::error::Exception> {
+    let side = op.side_inputs();
+    let mut all: Vec<Array> = primals.to_vec();
+    all.extend(side.iter().cloned());
+    all.push(cotangent.clone());
+    BACKWARD.with(|cell| {
+        let mut map = cell.borrow_mut();
+        let f = map.entry(op.key()).or_insert_with(|| {
+            let (n, m, op) = (primals.len(), side.len(), op.clone());
+            let backward = move |all: &[Array]| {
+                let (primals, rest) = all.split_at(n);
+                let (side, cotangent) = rest.split_at(m);
+                mlx_rs::transforms::fallible_vjp(
+                    |xs: &[Array]| op.forward(xs, side).map(|y| vec![y]),
+                    primals,
+                    cotangent,
+                )
+                .map(|(_, grads)| grads)
+            };
+            Box::new(mlx_rs::transforms::compile::compile(backward, false))
+        });
+        f(&all)
+    })
 }
 
 /// Whether fused ops run on the CPU too (see [`crate::nn::fuse_on_cpu`]).
@@ -127,8 +181,9 @@ fn forward_mlx(op: &dyn FusedOp, inputs: &[MlxTensor]) -> MlxTensor {
     let device = inputs[0].device();
     let arrays: Vec<Array> = inputs.iter().map(|t| t.array().clone()).collect();
     let refs: Vec<&Array> = arrays.iter().collect();
+    let side = op.side_inputs();
     let out = device
-        .scope(|| op.forward(&arrays))
+        .scope(|| op.forward(&arrays, &side))
         .or_panic(op.name(), &refs);
     MlxTensor::from_array(out, device)
 }
@@ -174,16 +229,10 @@ impl<const N: usize> Backward<Mlx, N> for VjpBackward {
         let primals: Vec<Array> = inputs.iter().map(|t| t.array().clone()).collect();
         let cotangent = grad.array().clone();
         let name = op.name();
-        let result = device.scope(|| {
-            mlx_rs::transforms::fallible_vjp(
-                |xs: &[Array]| op.forward(xs).map(|y| vec![y]),
-                &primals,
-                std::slice::from_ref(&cotangent),
-            )
-        });
+        let result = device.scope(|| vjp_compiled(&op, &primals, &cotangent));
         let mut refs: Vec<&Array> = primals.iter().collect();
         refs.push(&cotangent);
-        let (_, input_grads) = result.or_panic(name, &refs);
+        let input_grads = result.or_panic(name, &refs);
         for (parent, g) in ops.parents.iter().zip(input_grads) {
             if let Some(node) = parent {
                 grads.register::<Mlx>(node.id, MlxTensor::from_array(g, device));

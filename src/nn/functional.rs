@@ -90,7 +90,11 @@ impl FusedOp for LayerNormOp {
         "layer_norm"
     }
 
-    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
+    fn key(&self) -> String {
+        format!("layer_norm eps={} bias={}", self.epsilon, self.bias)
+    }
+
+    fn forward(&self, xs: &[Array], _: &[Array]) -> Result<Array, Exception> {
         let beta = if self.bias { Some(&xs[2]) } else { None };
         fast::layer_norm(&xs[0], Some(&xs[1]), beta, self.epsilon)
     }
@@ -142,7 +146,11 @@ impl FusedOp for RmsNormOp {
         "rms_norm"
     }
 
-    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
+    fn key(&self) -> String {
+        format!("rms_norm eps={}", self.epsilon)
+    }
+
+    fn forward(&self, xs: &[Array], _: &[Array]) -> Result<Array, Exception> {
         fast::rms_norm(&xs[0], Some(&xs[1]), self.epsilon)
     }
 }
@@ -233,9 +241,17 @@ impl FusedOp for AttentionOp {
         "attention"
     }
 
-    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
-        let mask = match &self.mask {
-            Some(m) => Some(m.array().as_dtype(xs[0].dtype())?),
+    fn key(&self) -> String {
+        format!("attention scale={} mask={}", self.scale, self.mask.is_some())
+    }
+
+    fn side_inputs(&self) -> Vec<Array> {
+        self.mask.iter().map(|m| m.array().clone()).collect()
+    }
+
+    fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
+        let mask = match side.first() {
+            Some(m) => Some(m.as_dtype(xs[0].dtype())?),
             None => None,
         };
         fast::scaled_dot_product_attention(
@@ -290,9 +306,17 @@ impl FusedOp for CrossEntropyOp {
         "cross_entropy"
     }
 
-    fn forward(&self, xs: &[Array]) -> Result<Array, Exception> {
+    fn key(&self) -> String {
+        "cross_entropy".into()
+    }
+
+    fn side_inputs(&self) -> Vec<Array> {
+        vec![self.targets.array().clone()]
+    }
+
+    fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
         let logits = &xs[0];
-        let ids = self.targets.array().as_dtype(mlx_rs::Dtype::Int32)?;
+        let ids = side[0].as_dtype(mlx_rs::Dtype::Int32)?;
         let n = ids.shape()[0];
         let picked = logits.take_along_axis(&ids.reshape(&[n, 1])?, 1)?;
         let lse = logits.logsumexp_axis(1, true)?;
