@@ -35,6 +35,8 @@
 //! ```
 //!
 //! Where to go next:
+//! - burn-nn's Transformer layers and burn-optim's Adam with fused MLX kernels for
+//!   `Autodiff<Mlx>`, and overlapped training steps: [`nn`], [`optim`];
 //! - training faster with MLX's own autodiff: [`grad`]; the ways MLX compiles graphs:
 //!   [`compile`](mod@compile); data-parallel training: [`distributed`]; quantized weights: [`quant`];
 //! - the README (the two commands, using burn-mlx from your crate with its one `[patch]` line,

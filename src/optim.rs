@@ -102,7 +102,10 @@ fn update(xs: &[Array]) -> Result<Vec<Array>, Exception> {
     let g = p.multiply(penalty)?.add(g)?;
     let m = m.multiply(b1)?.add(&g.multiply(c1)?)?;
     let v = v.multiply(b2)?.add(&g.square()?.multiply(c2)?)?;
-    let step = m.multiply(factor)?.divide(&v.sqrt()?.add(eps)?)?.multiply(lr)?;
+    let step = m
+        .multiply(factor)?
+        .divide(&v.sqrt()?.add(eps)?)?
+        .multiply(lr)?;
     Ok(vec![p.subtract(&step)?, m, v])
 }
 
@@ -127,7 +130,8 @@ impl Adam {
             ),
             // Zero moments give exactly burn-optim's first step ((1 - beta) · g).
             None => {
-                let zeros = p.with(mlx_rs::ops::zeros_like(p.array()).or_panic("Adam", &[p.array()]));
+                let zeros =
+                    p.with(mlx_rs::ops::zeros_like(p.array()).or_panic("Adam", &[p.array()]));
                 (1, zeros.clone(), zeros)
             }
         };
@@ -190,7 +194,9 @@ impl<B: Backend> SimpleOptimizer<B> for Adam {
     ) -> (Tensor<B, D>, Option<Self::State<D>>) {
         let fused = TypeId::of::<B>() == TypeId::of::<Mlx>()
             && custom::fuses::<B>(&tensor.device())
-            && state.as_ref().is_none_or(|s| s.momentum.max_moment_2.is_none());
+            && state
+                .as_ref()
+                .is_none_or(|s| s.momentum.max_moment_2.is_none());
         if fused {
             self.step_mlx(lr, tensor, grad, state)
         } else {

@@ -172,7 +172,8 @@ impl<B: Backend> MultiHeadAttention<B> {
     /// Attention of `input`'s queries over its keys and values, projected back to `d_model`.
     pub fn forward(&self, input: MhaInput<B>) -> MhaOutput<B> {
         let dropout_active = B::ad_enabled(&input.query.device()) && self.dropout.prob > 0.0;
-        if self.quiet_softmax || dropout_active || !super::custom::fuses::<B>(&input.query.device()) {
+        if self.quiet_softmax || dropout_active || !super::custom::fuses::<B>(&input.query.device())
+        {
             return self.forward_with_weights(input);
         }
         let [batch, seq_q, d_model] = input.query.dims();
@@ -180,9 +181,7 @@ impl<B: Backend> MultiHeadAttention<B> {
         let q = self.heads(input.query, &self.query);
         let k = self.heads(input.key, &self.key);
         let v = self.heads(input.value, &self.value);
-        let pad = input
-            .mask_pad
-            .map(|m| m.reshape([batch, 1, 1, seq_k]));
+        let pad = input.mask_pad.map(|m| m.reshape([batch, 1, 1, seq_k]));
         let attn = input.mask_attn.map(|m| m.reshape([batch, 1, seq_q, seq_k]));
         let mask = match (pad, attn) {
             (Some(p), Some(a)) => Some(p.expand([batch, 1, seq_q, seq_k]).bool_or(a)),

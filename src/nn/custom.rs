@@ -157,7 +157,8 @@ pub(crate) fn fuses<B: Backend>(device: &B::Device) -> bool {
         return false;
     }
     let any: &dyn Any = device;
-    any.downcast_ref::<MlxDevice>().is_some_and(|d| fused_on(*d))
+    any.downcast_ref::<MlxDevice>()
+        .is_some_and(|d| fused_on(*d))
 }
 
 /// Whether [`apply`] runs fused ops for backend `B`.

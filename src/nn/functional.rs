@@ -205,7 +205,8 @@ pub fn attention<B: Backend>(
             scale: scale as f32,
             mask: additive,
         });
-        if let Ok(out) = custom::apply::<B>(op, vec![prim(q.clone()), prim(k.clone()), prim(v.clone())])
+        if let Ok(out) =
+            custom::apply::<B>(op, vec![prim(q.clone()), prim(k.clone()), prim(v.clone())])
         {
             return wrap(out);
         }
@@ -242,7 +243,11 @@ impl FusedOp for AttentionOp {
     }
 
     fn key(&self) -> String {
-        format!("attention scale={} mask={}", self.scale, self.mask.is_some())
+        format!(
+            "attention scale={} mask={}",
+            self.scale,
+            self.mask.is_some()
+        )
     }
 
     fn side_inputs(&self) -> Vec<Array> {
@@ -259,7 +264,8 @@ impl FusedOp for AttentionOp {
             &xs[1],
             &xs[2],
             self.scale,
-            mask.as_ref().map(fast::ScaledDotProductAttentionMask::Array),
+            mask.as_ref()
+                .map(fast::ScaledDotProductAttentionMask::Array),
             None,
         )
     }
@@ -279,7 +285,8 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
     let [n, _] = logits.dims();
     let [t] = targets.dims();
     assert_eq!(
-        n, t,
+        n,
+        t,
         "cross_entropy: {t} targets for logits of shape {:?} (one class index per row)",
         logits.dims()
     );

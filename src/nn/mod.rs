@@ -55,8 +55,7 @@ mod transformer;
 pub use attention::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
 pub use norm::{LayerNorm, LayerNormConfig, RmsNorm, RmsNormConfig};
 pub use transformer::{
-    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
-    TransformerEncoderLayer,
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput, TransformerEncoderLayer,
 };
 
 use crate::error::MlxError;

@@ -216,7 +216,9 @@ macro_rules! tiny_lm {
                     .logits(tokens.clone(), pad)
                     .slice([0..batch, 0..seq - 1])
                     .reshape([batch * (seq - 1), VOCAB]);
-                let targets = tokens.slice([0..batch, 1..seq]).reshape([batch * (seq - 1)]);
+                let targets = tokens
+                    .slice([0..batch, 1..seq])
+                    .reshape([batch * (seq - 1)]);
                 $loss(logits, targets)
             }
         }
@@ -248,7 +250,10 @@ fn batch<B: Backend>(seed: u64, device: &B::Device) -> (Tensor<B, 2, Int>, Tenso
     let tokens = Tensor::from_data(rand_i(&[3, SEQ], 0, VOCAB as i64, seed), device);
     let mut pad = vec![false; 3 * SEQ];
     pad[2 * SEQ - 1] = true;
-    (tokens, Tensor::from_data(TensorData::new(pad, [3, SEQ]), device))
+    (
+        tokens,
+        Tensor::from_data(TensorData::new(pad, [3, SEQ]), device),
+    )
 }
 
 fn parameters<B: Backend, M: Module<B>>(module: &M) -> Vec<TensorData> {
@@ -263,11 +268,20 @@ fn parameters<B: Backend, M: Module<B>>(module: &M) -> Vec<TensorData> {
     c.0
 }
 
-fn gradients<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradients) -> Vec<TensorData> {
+fn gradients<B: AutodiffBackend, M: Module<B>>(
+    module: &M,
+    grads: &B::Gradients,
+) -> Vec<TensorData> {
     struct Collect<'a, B: AutodiffBackend>(Vec<TensorData>, &'a B::Gradients);
     impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0.push(param.val().grad(self.1).expect("every parameter has a gradient").to_data());
+            self.0.push(
+                param
+                    .val()
+                    .grad(self.1)
+                    .expect("every parameter has a gradient")
+                    .to_data(),
+            );
         }
     }
     let mut c = Collect(Vec::new(), grads);
@@ -288,8 +302,13 @@ fn models(norm_first: bool, seed: u64) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
     };
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let bytes = recorder.record(nn.clone().into_record(), ()).unwrap();
-    let record = recorder.load(bytes, &MD).expect("burn-nn's record loads into the fused model");
-    (FusedLm::<MlxAd>::new(norm_first, &MD).load_record(record), nn)
+    let record = recorder
+        .load(bytes, &MD)
+        .expect("burn-nn's record loads into the fused model");
+    (
+        FusedLm::<MlxAd>::new(norm_first, &MD).load_record(record),
+        nn,
+    )
 }
 
 #[test]
@@ -331,10 +350,12 @@ fn records_load_both_ways() {
     let _rng = crate::common::ndarray_rng::ndarray_rng();
     NdAd::seed(&ND, 42);
     // (Burn draws a parameter's initial values when it is first read.)
-    let ours = parameters(&burn_mlx::nn::TransformerEncoderConfig::new(8, 16, 2, 1).init::<NdAd>(&ND));
+    let ours =
+        parameters(&burn_mlx::nn::TransformerEncoderConfig::new(8, 16, 2, 1).init::<NdAd>(&ND));
     NdAd::seed(&ND, 42);
-    let theirs =
-        parameters(&burn_nn::transformer::TransformerEncoderConfig::new(8, 16, 2, 1).init::<NdAd>(&ND));
+    let theirs = parameters(
+        &burn_nn::transformer::TransformerEncoderConfig::new(8, 16, 2, 1).init::<NdAd>(&ND),
+    );
     assert_eq!(ours.len(), theirs.len());
     for (x, y) in ours.into_iter().zip(theirs) {
         assert_eq!(x, y);

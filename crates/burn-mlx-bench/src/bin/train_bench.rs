@@ -164,7 +164,9 @@ impl<B: Backend> LmData<B> {
 }
 
 #[derive(Parser, Debug)]
-#[command(about = "Training steps at real batch sizes: burn-nn layers against burn-mlx's fused layers, plain and overlapped")]
+#[command(
+    about = "Training steps at real batch sizes: burn-nn layers against burn-mlx's fused layers, plain and overlapped"
+)]
 struct Args {
     /// `gpu` (the default when MLX has one) or `cpu`.
     #[arg(long)]
@@ -226,7 +228,13 @@ fn time_steps<B: AutodiffBackend, M: AutodiffModule<B>>(
         let optim = burn_mlx::optim::AdamConfig::new().init::<B, M>();
         time_with(model, optim, loss, steps, overlap)
     } else {
-        time_with(model, AdamConfig::new().init::<B, M>(), loss, steps, overlap)
+        time_with(
+            model,
+            AdamConfig::new().init::<B, M>(),
+            loss,
+            steps,
+            overlap,
+        )
     }
 }
 
@@ -302,7 +310,10 @@ fn run_rows<B: AutodiffBackend>(
     } else {
         ([16, 128], [8, 32])
     };
-    let mut record = |workload: &str, batch: usize, variant: &'static str, r: (f64, f64, f64, f64, Option<usize>)| {
+    let mut record = |workload: &str,
+                      batch: usize,
+                      variant: &'static str,
+                      r: (f64, f64, f64, f64, Option<usize>)| {
         let row = Row {
             workload: workload.to_string(),
             batch,
@@ -369,7 +380,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("Burn 0.21.0 + Mlx on {device:?}; {} timed steps per row after 12 warm-up steps", args.steps);
+    println!(
+        "Burn 0.21.0 + Mlx on {device:?}; {} timed steps per row after 12 warm-up steps",
+        args.steps
+    );
     let mut rows = Vec::new();
     run_rows::<Autodiff<Mlx>>(
         &device,
