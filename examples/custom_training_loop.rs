@@ -1,5 +1,6 @@
 //! A hand-written training loop with `Autodiff<Mlx>`: forward, `backward()`, gradients, and an
-//! Adam step, without burn-train.
+//! Adam step, without burn-train; each step is started on the device as soon as it is built
+//! (`burn_mlx::nn::start_step`).
 //!
 //! ```text
 //! cargo run --release --example custom_training_loop
@@ -120,6 +121,10 @@ fn main() {
         let grads = loss.backward();
         let grads = GradientsParams::from_grads(grads, &model);
         model = optim.step(lr, model, grads);
+        // Start computing the updated model and this loss now, without waiting: the device
+        // works on this step while the host builds the next (the loss read below then waits
+        // only for what is left).
+        burn_mlx::nn::start_step(&model, &[loss.clone()]).expect("MLX schedules the step");
 
         if step == 1 || step % 100 == 0 {
             let value = loss.into_scalar().elem::<f64>();
