@@ -124,7 +124,8 @@ fn main() {
         // Start computing the updated model and this loss now, without waiting: the device
         // works on this step while the host builds the next (the loss read below then waits
         // only for what is left).
-        burn_mlx::nn::start_step(&model, &[loss.clone()]).expect("MLX schedules the step");
+        burn_mlx::nn::start_step(&model, std::slice::from_ref(&loss))
+            .expect("MLX schedules the step");
 
         if step == 1 || step % 100 == 0 {
             let value = loss.into_scalar().elem::<f64>();

@@ -86,10 +86,12 @@ pub struct Adam {
     penalty: Option<f32>,
 }
 
+/// A compiled MLX function of arrays.
+type ArrayFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, Exception>>;
+
 thread_local! {
     /// The compiled update (MLX keeps one trace per input signature), made once per thread.
-    static UPDATE: RefCell<Option<Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, Exception>>>> =
-        const { RefCell::new(None) };
+    static UPDATE: RefCell<Option<ArrayFn>> = const { RefCell::new(None) };
 }
 
 /// The update, with scalars as 0-d inputs so that one trace serves every step and setting:

@@ -97,7 +97,7 @@ use burn_tensor::Tensor;
 ///     let loss = model.forward(x.clone()).powi_scalar(2).mean();
 ///     let grads = GradientsParams::from_grads(loss.backward(), &model);
 ///     model = optim.step(1e-3, model, grads);
-///     burn_mlx::nn::start_step(&model, &[loss.clone()])?;
+///     burn_mlx::nn::start_step(&model, std::slice::from_ref(&loss))?;
 ///     // The device computes this step while the previous loss is read and the next step built.
 ///     if let Some(previous) = pending.replace(loss) {
 ///         println!("step {}: {}", step - 1, previous.into_scalar());

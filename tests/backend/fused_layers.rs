@@ -399,7 +399,7 @@ where
         let grads = GradientsParams::from_grads(l.backward(), &model);
         model = optim.step(3e-3, model, grads);
         if overlap {
-            burn_mlx::nn::start_step(&model, &[l.clone()]).unwrap();
+            burn_mlx::nn::start_step(&model, std::slice::from_ref(&l)).unwrap();
             if let Some(previous) = pending.replace(l) {
                 losses.push(Tensor::<B, 1>::into_scalar(previous).elem::<f64>());
             }

@@ -269,7 +269,7 @@ fn time_with<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
         }
         let t2;
         if overlap {
-            burn_mlx::nn::start_step(&model, &[l.clone()]).expect("start_step");
+            burn_mlx::nn::start_step(&model, std::slice::from_ref(&l)).expect("start_step");
             t2 = Instant::now();
             if let Some(prev) = pending.replace(l) {
                 let _ = prev.into_scalar().elem::<f64>();
