@@ -453,3 +453,34 @@ fn adam_training_tracks_burn_nn_and_overlap_changes_nothing() {
         assert_eq!(overlapped, ours, "overlapped steps change the losses");
     }
 }
+
+#[test]
+fn adamw_tracks_burn_optim() {
+    let (fused, nn) = models(true, 71);
+    let config = burn_mlx::optim::AdamWConfig::new().with_weight_decay(0.05);
+    let ours = train(
+        fused,
+        config.init(),
+        12,
+        &MD,
+        |m: &FusedLm<MlxAd>, t, p| m.loss(t, p),
+        false,
+    );
+    let theirs = train(
+        nn,
+        burn_optim::AdamWConfig::new()
+            .with_weight_decay(0.05)
+            .init(),
+        12,
+        &ND,
+        |m: &NnLm<NdAd>, t, p| m.loss(t, p),
+        false,
+    );
+    println!(" fused AdamW {ours:?}\n burn-optim  {theirs:?}");
+    for (step, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs(),
+            "step {step}: loss {a} (fused AdamW, Mlx) against {b} (burn-optim AdamW, NdArray)"
+        );
+    }
+}
