@@ -1,8 +1,9 @@
 //! The fused ops behind [`crate::nn`]'s layers, as functions of Burn tensors for any backend.
 //!
-//! On [`Mlx`](crate::Mlx) and `Autodiff<Mlx>` each function is one MLX op forward (a fast
-//! kernel where MLX has one) and, under autodiff, one vector-Jacobian product backward (see the
-//! [module docs](super)). On every other backend it is composed from Burn's ops exactly as
+//! On [`Mlx`](crate::Mlx) and `Autodiff<Mlx>` on the GPU (and on the CPU after
+//! [`fuse_on_cpu`](super::fuse_on_cpu)) each function is one MLX op forward (a fast kernel
+//! where MLX has one) and, under autodiff, one compiled vector-Jacobian product backward (see
+//! the [module docs](super)). On every other backend it is composed from Burn's ops exactly as
 //! burn-nn's layer composes it, so a model gives the same results everywhere.
 
 use super::custom::{self, FusedOp};
@@ -38,7 +39,7 @@ where
 /// Layer normalization over the last axis, `(x - mean) / sqrt(var + epsilon) · gamma + beta`
 /// with the biased variance: burn-nn's `LayerNorm`.
 ///
-/// On MLX, `mlx::fast::layer_norm` forward and its own backward kernel.
+/// On MLX, `mlx::fast::layer_norm` forward and its compiled vector-Jacobian product backward.
 ///
 /// # Panics
 ///
@@ -103,7 +104,7 @@ impl FusedOp for LayerNormOp {
 /// Root-mean-square normalization over the last axis, `x / sqrt(mean(x²) + epsilon) · gamma`,
 /// with the mean square in f32: burn-nn's `RmsNorm`.
 ///
-/// On MLX, `mlx::fast::rms_norm` forward and its own backward kernel.
+/// On MLX, `mlx::fast::rms_norm` forward and its compiled vector-Jacobian product backward.
 ///
 /// # Panics
 ///
@@ -161,10 +162,10 @@ impl FusedOp for RmsNormOp {
 ///
 /// `mask` (true = masked), broadcastable to `[batch, heads, seq_q, seq_k]`, sets the masked
 /// scores to `min_float` before the softmax, as burn-nn's `MultiHeadAttention` does (it uses
-/// -1e4). On MLX this is `mlx::fast::scaled_dot_product_attention` forward and backward (MLX's
-/// fused attention kernels where the device has them), with the mask added to the scores: a
-/// row whose every key is masked therefore attends as if unmasked instead of uniformly, the one
-/// case where the two differ.
+/// -1e4). On MLX this is `mlx::fast::scaled_dot_product_attention` forward (MLX's fused kernel
+/// where the device has one for these shapes) and its compiled vector-Jacobian product
+/// backward, with the mask added to the scores: a row whose every key is masked therefore
+/// attends as if unmasked instead of uniformly, the one case where the two differ.
 ///
 /// # Panics
 ///

@@ -75,7 +75,7 @@ impl TransformerEncoderConfig {
 /// record it has.
 ///
 /// Each layer's attention and layer norms are [`MultiHeadAttention`] and [`LayerNorm`]: MLX's
-/// fused kernels with their own backward passes on `Mlx` and `Autodiff<Mlx>`, burn-nn's
+/// fast ops with their own backward passes on `Mlx` and `Autodiff<Mlx>`, burn-nn's
 /// computation elsewhere. The feed-forward network and dropout are burn-nn's.
 #[derive(Module, Debug)]
 pub struct TransformerEncoder<B: Backend> {
