@@ -263,7 +263,7 @@ where
         ));
     }
     let lists: Vec<&[MlxTensor]> = examples.iter().map(Vec::as_slice).collect();
-    // MLX traces with placeholders of the examples' shapes and dtypes: their values are not
+    // MLX traces with stand-in arrays of the examples' shapes and dtypes: their values are not
     // needed, so lazy examples stay lazy.
     let device = check_inputs("export", &lists)?;
     let failure: RefCell<Option<MlxError>> = RefCell::new(None);

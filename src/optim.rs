@@ -16,7 +16,8 @@ use burn_core as burn;
 use crate::backend::Mlx;
 use crate::interop::{from_mlx, to_mlx};
 use crate::nn::custom;
-use crate::tensor::{MlxTensor, OrPanic};
+use crate::tensor::{constant_scalar_array, MlxTensor, OrPanic};
+use burn_backend::Scalar;
 use burn_core::config::Config;
 use burn_core::module::AutodiffModule;
 use burn_optim::adaptor::OptimizerAdaptor;
@@ -123,9 +124,12 @@ fn run_update(rule: Rule, arrays: [&MlxTensor; 4], scalars: &[f32]) -> [MlxTenso
     let device = p.device();
     let outputs = device.scope(|| {
         let mut inputs: Vec<Array> = arrays.iter().map(|t| t.array().clone()).collect();
-        for &s in scalars {
-            inputs.push(Array::from_f32(s).as_dtype(dtype)?);
-        }
+        // Scalars made in the parameter's dtype: no cast primitive per scalar and step.
+        inputs.extend(
+            scalars
+                .iter()
+                .map(|&s| constant_scalar_array(Scalar::Float(s as f64), dtype)),
+        );
         UPDATE.with(|cell| {
             let mut fns = cell.borrow_mut();
             let f = fns[rule as usize].get_or_insert_with(|| match rule {

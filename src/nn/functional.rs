@@ -7,7 +7,8 @@
 //! burn-nn's layer composes it, so a model gives the same results everywhere.
 
 use super::custom::{self, FusedOp};
-use crate::tensor::MlxTensor;
+use crate::tensor::{constant_scalar_array, MlxTensor, OrPanic};
+use burn_backend::Scalar;
 use burn_tensor::activation::{log_softmax, softmax};
 use burn_tensor::backend::Backend;
 use burn_tensor::{Bool, DType, Int, Tensor, TensorPrimitive};
@@ -190,16 +191,19 @@ pub fn attention<B: Backend>(
         v.dims()
     );
     if custom::fuses::<B>(&q.device()) {
+        // The additive mask in q's dtype, made once per call (the forward pass and the
+        // backward's trace take it as it is).
+        let dtype = crate::dtype::to_mlx(q.dtype());
         let additive = mask.clone().map(|m| {
             let m = side_input(m).expect("B is built on MLX");
             let device = m.device();
             let additive = device
                 .scope(|| {
-                    let fill = Array::from_f32(min_float as f32);
-                    let zero = Array::from_f32(0.0);
+                    let fill = constant_scalar_array(Scalar::Float(min_float), dtype);
+                    let zero = constant_scalar_array(Scalar::Float(0.0), dtype);
                     ops::select(m.array(), &fill, &zero)
                 })
-                .expect("attention: the mask's fill");
+                .or_panic("attention (mask)", &[m.array()]);
             MlxTensor::from_array(additive, device)
         });
         let op = Arc::new(AttentionOp {
@@ -234,7 +238,7 @@ pub fn attention<B: Backend>(
 #[derive(Debug)]
 struct AttentionOp {
     scale: f32,
-    /// The additive mask (0 or `min_float`), in f32.
+    /// The additive mask (0 or `min_float`), in the queries' dtype.
     mask: Option<MlxTensor>,
 }
 
@@ -256,17 +260,12 @@ impl FusedOp for AttentionOp {
     }
 
     fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
-        let mask = match side.first() {
-            Some(m) => Some(m.as_dtype(xs[0].dtype())?),
-            None => None,
-        };
         fast::scaled_dot_product_attention(
             &xs[0],
             &xs[1],
             &xs[2],
             self.scale,
-            mask.as_ref()
-                .map(fast::ScaledDotProductAttentionMask::Array),
+            side.first().map(fast::ScaledDotProductAttentionMask::Array),
             None,
         )
     }
