@@ -91,6 +91,25 @@ pub enum LlmError {
     /// A request the model cannot serve (token id out of the vocabulary, context full, ...).
     #[error("{0}")]
     Input(String),
+    /// A training or validation data file is missing or holds a line that cannot be used.
+    #[error("{}{}: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Data {
+        /// The data file (or folder).
+        path: PathBuf,
+        /// The 1-based line number, for a bad line of a JSON Lines file.
+        line: Option<usize>,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+    /// An adapter file does not fit the model (another model, wrong shapes, missing tensors,
+    /// an unreadable `adapter_config.json`).
+    #[error("{}: {message}", path.display())]
+    Adapter {
+        /// The adapter file or folder.
+        path: PathBuf,
+        /// What is wrong, naming the tensor or key.
+        message: String,
+    },
     /// Quantizing the weights, or a product with quantized weights, failed (the message names
     /// the op and the shapes).
     #[error("quantized weights: {0}")]

@@ -12,6 +12,7 @@ pub mod error;
 pub mod export;
 pub mod generate;
 pub mod gguf;
+pub mod lora;
 pub mod model;
 pub mod rope;
 pub mod sampling;

@@ -16,11 +16,27 @@ use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::{local_rotary_embedding, rotary_embedding};
 use burn_mlx::fast::{rms_norm, swiglu, RotaryEmbedding};
+use burn_mlx::nn::functional;
 use burn_mlx::quant::{QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
 use burn_tensor::backend::Backend;
 use burn_tensor::module::{attention, embedding};
 use burn_tensor::ops::AttentionModuleOptions;
-use burn_tensor::{DType, Distribution, Int, Tensor, TensorData};
+use burn_tensor::{Bool, DType, Distribution, Int, Tensor, TensorData};
+
+/// The score given to masked positions in the training pass's attention (before the softmax).
+const MASKED_SCORE: f64 = -1e9;
+
+/// The names of a decoder block's linear layers, relative to the block (`model.layers.{i}.`),
+/// as Hugging Face and mlx-lm name them.
+pub const LINEAR_KEYS: [&str; 7] = [
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+];
 
 /// Where a model's parameters come from: a checkpoint or a random initializer.
 pub trait ParamSource<B: Backend> {
@@ -110,11 +126,48 @@ impl<B: Backend> Weight<B> {
     }
 }
 
-/// `y = x·Wᵀ (+ b)` with `W` stored `[out, in]`.
+/// A low-rank update added to a linear layer's output, `scale · (x·A)·B`, with `A` `[in, rank]`
+/// and `B` `[rank, out]` (mlx-lm's layout: LoRA). It is computed in the adapters' dtype and
+/// added to the layer's output in `x`'s dtype, as mlx-lm does.
+#[derive(Debug, Clone)]
+pub struct LoraUpdate<B: Backend> {
+    /// `A`, `[in, rank]`.
+    pub a: Tensor<B, 2>,
+    /// `B`, `[rank, out]`.
+    pub b: Tensor<B, 2>,
+    /// The factor on the update.
+    pub scale: f64,
+    /// The probability of dropping an element of the update's input; 0 outside training.
+    pub dropout: f64,
+}
+
+impl<B: Backend> LoraUpdate<B> {
+    /// `scale · (dropout(x)·A)·B` for `x` of shape `[rows, in]`, in `x`'s dtype.
+    fn apply(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let (dtype, own) = (x.dtype(), self.a.dtype());
+        let x = if dtype == own { x } else { x.cast(own) };
+        let x = if self.dropout > 0.0 {
+            let keep = 1.0 - self.dropout;
+            let mask = x.random_like(Distribution::Bernoulli(keep));
+            x * mask / keep
+        } else {
+            x
+        };
+        let z = x.matmul(self.a.clone()).matmul(self.b.clone()) * self.scale;
+        if dtype == own {
+            z
+        } else {
+            z.cast(dtype)
+        }
+    }
+}
+
+/// `y = x·Wᵀ (+ b)` with `W` stored `[out, in]`, plus a [`LoraUpdate`] when one is set.
 #[derive(Debug, Clone)]
 pub struct Linear<B: Backend> {
     weight: Weight<B>,
     bias: Option<Tensor<B, 1>>,
+    lora: Option<LoraUpdate<B>>,
 }
 
 impl<B: Backend> Linear<B> {
@@ -135,7 +188,36 @@ impl<B: Backend> Linear<B> {
         Ok(Self {
             weight: Weight::Dense(weight.transpose()),
             bias,
+            lora: None,
         })
+    }
+
+    /// `[out, in]`.
+    pub fn dims(&self) -> [usize; 2] {
+        self.weight.dims()
+    }
+
+    /// The weight `W` (`[out, in]`) when it is not quantized.
+    pub fn dense_weight(&self) -> Option<Tensor<B, 2>> {
+        match &self.weight {
+            Weight::Dense(w_t) => Some(w_t.clone().transpose()),
+            Weight::Quantized(_) => None,
+        }
+    }
+
+    /// Whether the weight is quantized.
+    pub fn is_quantized(&self) -> bool {
+        matches!(self.weight, Weight::Quantized(_))
+    }
+
+    /// Sets (or with `None`, removes) the layer's low-rank update.
+    pub fn set_lora(&mut self, lora: Option<LoraUpdate<B>>) {
+        self.lora = lora;
+    }
+
+    /// The layer's low-rank update, if set.
+    pub fn lora(&self) -> Option<&LoraUpdate<B>> {
+        self.lora.as_ref()
     }
 
     /// Applies the layer to `[seq, in]` (the hidden states of one sequence).
@@ -144,9 +226,14 @@ impl<B: Backend> Linear<B> {
     /// model keeps its hidden states 2-D (batch 1) so that no reshape surrounds it (on a GPU every
     /// op of a decode step is host work, and the reshapes were a quarter of them).
     pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        let update = self.lora.as_ref().map(|lora| lora.apply(x.clone()));
         let y = self.weight.matmul_t(x)?;
-        Ok(match &self.bias {
+        let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
+            None => y,
+        };
+        Ok(match update {
+            Some(update) => y + update,
             None => y,
         })
     }
@@ -181,6 +268,12 @@ impl<B: Backend> RmsNorm<B> {
     /// Normalizes `x` over its last axis (in f32; one fused kernel on `Mlx`).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         rms_norm(x, self.weight.clone(), self.eps)
+    }
+
+    /// [`forward`](Self::forward) for training: on `Autodiff<Mlx>` MLX's fused kernel with its
+    /// compiled backward ([`functional::rms_norm`]), elsewhere the same numbers composed.
+    fn forward_train<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        functional::rms_norm(x, self.weight.clone(), self.eps)
     }
 }
 
@@ -290,6 +383,34 @@ impl<B: Backend> Attention<B> {
             out.swap_dims(1, 2).reshape([seq, hq * d])
         };
         self.o_proj.forward(out)
+    }
+
+    /// Attends `x` (`[batch·seq, hidden]`, `batch` sequences of `seq` positions from 0, no
+    /// cache) with `mask` (`[1, 1, seq, seq]`, true where a query must not see a key): the
+    /// training pass. Norms and attention go through [`burn_mlx::nn::functional`], whose ops on
+    /// `Autodiff<Mlx>` are one MLX kernel forward and one compiled backward each.
+    fn forward_batch(
+        &self,
+        x: Tensor<B, 2>,
+        [batch, seq]: [usize; 2],
+        rope: &RotaryEmbedding<B>,
+        mask: &Tensor<B, 4, Bool>,
+    ) -> Result<Tensor<B, 2>> {
+        let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let heads_first =
+            |t: Tensor<B, 2>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
+        let q = heads_first(self.q_proj.forward(x.clone())?, hq);
+        let k = heads_first(self.k_proj.forward(x.clone())?, hkv);
+        let v = heads_first(self.v_proj.forward(x)?, hkv);
+        let (q, k) = match &self.qk_norm {
+            Some((q_norm, k_norm)) => (q_norm.forward_train(q), k_norm.forward_train(k)),
+            None => (q, k),
+        };
+        let (q, k) = (rope.apply(q, 0), rope.apply(k, 0));
+        let scale = 1.0 / (d as f64).sqrt();
+        let out = functional::attention(q, k, v, Some(mask.clone()), scale, MASKED_SCORE);
+        self.o_proj
+            .forward(out.swap_dims(1, 2).reshape([batch * seq, hq * d]))
     }
 
     fn quantize(self, bits: QuantBits, prefix: &str, report: &mut QuantReport) -> Result<Self> {
@@ -472,6 +593,39 @@ impl<B: Backend> DecoderLayer<B> {
             Some((pre, post)) => {
                 let h = x + self.post_attention_layernorm.forward(attended);
                 Ok(h.clone() + post.forward(self.mlp.forward(pre.forward(h))?))
+            }
+        }
+    }
+
+    /// [`forward`](Self::forward) for `batch` sequences of `seq` positions from 0 without a
+    /// cache (training); `masks` are the full-attention and the sliding layers' masks.
+    fn forward_batch(
+        &self,
+        x: Tensor<B, 2>,
+        shape: [usize; 2],
+        rope: &RotaryEmbedding<B>,
+        masks: &(Tensor<B, 4, Bool>, Option<Tensor<B, 4, Bool>>),
+    ) -> Result<Tensor<B, 2>> {
+        let mask = match (self.window, &masks.1) {
+            (Some(_), Some(sliding)) => sliding,
+            _ => &masks.0,
+        };
+        let attended = self.self_attn.forward_batch(
+            self.input_layernorm.forward_train(x.clone()),
+            shape,
+            rope,
+            mask,
+        )?;
+        match &self.feedforward_norms {
+            None => {
+                let h = x + attended;
+                let normed = self.post_attention_layernorm.forward_train(h.clone());
+                Ok(h + self.mlp.forward(normed)?)
+            }
+            Some((pre, post)) => {
+                let h = x + self.post_attention_layernorm.forward_train(attended);
+                let out = self.mlp.forward(pre.forward_train(h.clone()))?;
+                Ok(h + post.forward_train(out))
             }
         }
     }
@@ -807,6 +961,108 @@ impl<B: Backend> Llm<B> {
         let position = Position::device(offset, capacity, self.dtype, window);
         let logits = self.forward_layers(ids, &mut layers, &position, Logits::Last)?;
         Ok((logits, layers))
+    }
+
+    /// The linear layer `key` (one of [`LINEAR_KEYS`]) of block `layer`.
+    pub fn linear(&self, layer: usize, key: &str) -> Option<&Linear<B>> {
+        let l = self.layers.get(layer)?;
+        Some(match key {
+            "self_attn.q_proj" => &l.self_attn.q_proj,
+            "self_attn.k_proj" => &l.self_attn.k_proj,
+            "self_attn.v_proj" => &l.self_attn.v_proj,
+            "self_attn.o_proj" => &l.self_attn.o_proj,
+            "mlp.gate_proj" => &l.mlp.gate_proj,
+            "mlp.up_proj" => &l.mlp.up_proj,
+            "mlp.down_proj" => &l.mlp.down_proj,
+            _ => return None,
+        })
+    }
+
+    /// [`linear`](Self::linear), mutable (to set its [`LoraUpdate`]).
+    pub fn linear_mut(&mut self, layer: usize, key: &str) -> Option<&mut Linear<B>> {
+        let l = self.layers.get_mut(layer)?;
+        Some(match key {
+            "self_attn.q_proj" => &mut l.self_attn.q_proj,
+            "self_attn.k_proj" => &mut l.self_attn.k_proj,
+            "self_attn.v_proj" => &mut l.self_attn.v_proj,
+            "self_attn.o_proj" => &mut l.self_attn.o_proj,
+            "mlp.gate_proj" => &mut l.mlp.gate_proj,
+            "mlp.up_proj" => &mut l.mlp.up_proj,
+            "mlp.down_proj" => &mut l.mlp.down_proj,
+            _ => return None,
+        })
+    }
+
+    /// The final hidden states (after the last norm) of `batch` sequences `tokens`
+    /// (`[batch, seq]`, all starting at position 0; right padding does not reach earlier
+    /// positions, since attention is causal), as `[batch·seq, hidden]`: the training pass,
+    /// without a cache.
+    pub fn hidden_batch(&self, tokens: Tensor<B, 2, Int>) -> Result<Tensor<B, 2>> {
+        let [batch, seq] = tokens.dims();
+        let h = self.config.hidden_size;
+        if batch == 0 || seq == 0 {
+            return Err(LlmError::Input(format!(
+                "hidden_batch: tokens must be [batch, seq] with both >= 1, got [{batch}, {seq}]"
+            )));
+        }
+        let x = match &self.embed_tokens {
+            Embedding::Dense(table) => embedding(table.clone(), tokens),
+            Embedding::Quantized(q) => q.rows(tokens)?,
+        };
+        let mut x = x.reshape([batch * seq, h]);
+        if self.config.architecture == Architecture::Gemma3 {
+            x = x * (h as f32).sqrt();
+        }
+        let queries = Tensor::<B, 1, Int>::arange(0..seq as i64, &self.device)
+            .reshape([seq, 1])
+            .expand([seq, seq]);
+        let keys = Tensor::<B, 1, Int>::arange(0..seq as i64, &self.device)
+            .reshape([1, seq])
+            .expand([seq, seq]);
+        let later = keys.clone().greater(queries.clone());
+        let sliding = self.config.sliding.as_ref().map(|s| {
+            let too_old = queries
+                .clone()
+                .sub(keys.clone())
+                .greater_equal_elem(s.window as i64);
+            later.clone().bool_or(too_old).reshape([1, 1, seq, seq])
+        });
+        let masks = (later.reshape([1, 1, seq, seq]), sliding);
+        for layer in &self.layers {
+            let rope = match (&self.rope_local, layer.window) {
+                (Some(local), Some(_)) => local,
+                _ => &self.rope,
+            };
+            x = layer.forward_batch(x, [batch, seq], rope, &masks)?;
+        }
+        Ok(self.norm.forward_train(x))
+    }
+
+    /// Logits (in f32) of the rows `rows` of [`hidden_batch`](Self::hidden_batch)'s output.
+    pub fn logits_of_rows(
+        &self,
+        hidden: Tensor<B, 2>,
+        rows: Tensor<B, 1, Int>,
+    ) -> Result<Tensor<B, 2>> {
+        let logits = self.lm_head.matmul_t(hidden.select(0, rows))?;
+        Ok(if logits.dtype() == DType::F32 {
+            logits
+        } else {
+            logits.cast(DType::F32)
+        })
+    }
+
+    /// The mean cross-entropy of predicting `targets` from the logits of flat positions
+    /// `rows` (`row·seq + position`) of `tokens` (`[batch, seq]`): the language-model loss
+    /// of a batch, over the target tokens only. Computed in f32.
+    pub fn loss(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        rows: Tensor<B, 1, Int>,
+        targets: Tensor<B, 1, Int>,
+    ) -> Result<Tensor<B, 1>> {
+        let logits = self.logits_of_rows(self.hidden_batch(tokens)?, rows)?;
+        Ok(functional::cross_entropy(logits, targets))
     }
 
     /// Embeds `ids` (`[1, seq]`), runs every layer with its cache, and projects to logits.

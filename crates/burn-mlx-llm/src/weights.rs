@@ -125,8 +125,47 @@ impl<B: Backend> SafetensorsParams<B> {
         })
     }
 
+    /// Opens one safetensors file (an adapter file, or one shard).
+    pub fn open_file(path: &Path, device: &B::Device, dtype: DType) -> Result<Self> {
+        let file = WeightFile::open(path)?;
+        let location = file
+            .metadata
+            .tensors()
+            .keys()
+            .map(|name| (name.clone(), 0))
+            .collect();
+        Ok(Self {
+            files: vec![file],
+            location,
+            source: path.to_path_buf(),
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    /// The names of every tensor, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.location.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The shape and stored dtype of tensor `name`.
+    pub fn info(&self, name: &str) -> Option<(Vec<usize>, Dtype)> {
+        let file = &self.files[*self.location.get(name)?];
+        file.info(name).map(|i| (i.shape.clone(), i.dtype))
+    }
+
+    /// The file that holds tensor `name` (or the checkpoint's source when it is missing).
+    pub fn path_of(&self, name: &str) -> &Path {
+        match self.location.get(name) {
+            Some(&i) => &self.files[i].path,
+            None => &self.source,
+        }
+    }
+
     /// The tensor `name`, checked against `expected` and converted to a Burn tensor.
-    fn tensor<const D: usize>(&self, name: &str, expected: [usize; D]) -> Result<Tensor<B, D>> {
+    pub fn tensor<const D: usize>(&self, name: &str, expected: [usize; D]) -> Result<Tensor<B, D>> {
         let missing = || LlmError::MissingTensor {
             path: self.source.clone(),
             tensor: name.to_string(),

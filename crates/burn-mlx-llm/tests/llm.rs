@@ -15,6 +15,8 @@
 //! the host; the quantized fixtures' logits against the f32 ones within a bound derived from the
 //! quantization step, and across backends; clear errors for shapes that do not divide into groups.
 
+mod lora;
+
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::{Mlx, MlxDevice};
 use burn_mlx_llm::config::{LlmConfig, PRESETS};

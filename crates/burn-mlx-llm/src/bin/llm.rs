@@ -179,6 +179,14 @@ struct Args {
     /// run without Burn (scripts/mlxfn_generate.py generates with it), then exit. Mlx only.
     #[arg(long, value_name = "FILE")]
     export: Option<PathBuf>,
+    /// LoRA adapters to add to the model: a folder written by the `lora` command or by mlx-lm
+    /// (`adapters.safetensors`), or by Hugging Face PEFT (`adapter_model.safetensors`).
+    #[arg(long, value_name = "DIR", alias = "adapter-path")]
+    adapter: Option<PathBuf>,
+    /// Write the logits of every prompt position to FILE as JSON (`{"tokens": [...],
+    /// "logits": [[...], ...]}`) and exit: the input of scripts/lora_interop.py.
+    #[arg(long, value_name = "FILE")]
+    logits_out: Option<PathBuf>,
 }
 
 /// `--decode-step`.
@@ -285,7 +293,19 @@ fn run<B: Backend>(
         let model = load_model::<B>(dir, device, dtype)?;
         (model, load_tokenizer(dir, args.prompt.is_some())?, None)
     };
-    let model = quantize(model, args.quantize)?;
+    let mut model = quantize(model, args.quantize)?;
+    if let Some(adapter) = &args.adapter {
+        let lora =
+            burn_mlx_llm::lora::files::load::<B>(adapter, model.config(), device, DType::F32)?;
+        lora.install(&mut model, false)?;
+        eprintln!(
+            "adapters {}: {} layers, rank {}, scale {}",
+            adapter.display(),
+            lora.targets.len(),
+            lora.config.rank,
+            lora.config.scale
+        );
+    }
     let config = model.config();
     eprintln!(
         "loaded {} ({:?}, {} layers, {:.1}M parameters) on {backend_name} in {:?} in {:.2} s",
@@ -332,6 +352,25 @@ fn run<B: Backend>(
             ))
         }
     };
+    if let Some(file) = &args.logits_out {
+        let mut cache = model.new_cache(prompt.len());
+        let logits = model.forward(&prompt, &mut cache, Logits::All)?;
+        let [seq, vocab] = logits.dims();
+        let values = logits
+            .cast(DType::F32)
+            .into_data()
+            .convert::<f32>()
+            .into_vec::<f32>()
+            .map_err(|e| LlmError::Input(format!("reading logits: {e:?}")))?;
+        let rows: Vec<&[f32]> = values.chunks(vocab).collect();
+        let json = serde_json::json!({ "tokens": prompt, "logits": rows });
+        std::fs::write(file, json.to_string()).map_err(|e| LlmError::Io {
+            path: file.clone(),
+            reason: e.to_string(),
+        })?;
+        eprintln!("wrote the logits of {seq} positions to {}", file.display());
+        return Ok(());
+    }
     let max_tokens = args.max_tokens.unwrap_or(256) as usize;
     let capacity = args.max_context.unwrap_or(prompt.len() + max_tokens);
     let mut cache = model.new_cache(capacity);

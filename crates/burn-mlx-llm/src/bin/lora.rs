@@ -1,0 +1,430 @@
+//! LoRA fine-tuning of a Llama/Qwen3/Gemma 3 model with Burn on MLX, as `mlx_lm.lora` does it,
+//! writing adapters that mlx-lm and Hugging Face PEFT load.
+//!
+//! ```text
+//! cargo run --release -p burn-mlx-llm --bin lora -- --model DIR --data DATA --iters 600
+//! cargo run --release -p burn-mlx-llm --bin lora -- --model DIR --data DATA --quantize q4 --mask-prompt
+//! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --adapter adapters --prompt "..."
+//! cargo run --release -p burn-mlx-llm --bin lora -- --model DIR --adapter-path adapters --fuse fused
+//! ```
+//!
+//! `DIR` is a Hugging Face model folder (`config.json`, safetensors weights, `tokenizer.json`,
+//! and `tokenizer_config.json` for a chat template); `DATA` holds `train.jsonl` and
+//! `valid.jsonl` (and optionally `test.jsonl`) in mlx-lm's formats (`text`, `prompt` and
+//! `completion`, or `messages`). Adapters go to `--adapter-path` (default `adapters/`) in
+//! mlx-lm's layout, and to its `peft/` subfolder in PEFT's. Without `--data` nothing is
+//! trained: `--fuse` alone writes the model with the adapters of `--adapter-path` fused in.
+
+use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
+use burn_autodiff::Autodiff;
+use burn_mlx::quant::QuantBits;
+use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_llm::error::{LlmError, Result};
+use burn_mlx_llm::lora::data::{load_dir, Batches, ChatTemplate};
+use burn_mlx_llm::lora::files::{self, SaveInfo};
+use burn_mlx_llm::lora::fuse::fuse;
+use burn_mlx_llm::lora::train::{evaluate, train, Event, OptimizerKind, Schedule, TrainConfig};
+use burn_mlx_llm::lora::{Lora, LoraConfig};
+use burn_mlx_llm::tokenizer::load_tokenizer;
+use burn_mlx_llm::weights::load_model;
+use burn_tensor::backend::AutodiffBackend;
+use burn_tensor::DType;
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// MLX's device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DeviceArg {
+    /// The GPU when MLX has one, else the CPU.
+    Auto,
+    /// MLX's CPU backend.
+    Cpu,
+    /// MLX's GPU backend (Metal, or CUDA with the `cuda` feature).
+    Gpu,
+}
+
+/// The base model's dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DTypeArg {
+    /// 32-bit float.
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half.
+    F16,
+}
+
+/// Base weight quantization (QLoRA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum QuantizeArg {
+    /// 8 bits per weight, groups of 64.
+    Q8,
+    /// 4 bits per weight, groups of 64.
+    Q4,
+}
+
+/// The learning-rate schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScheduleArg {
+    /// The same rate throughout.
+    Constant,
+    /// Linear warm-up (`--warmup` steps), then cosine decay to `--min-lr`.
+    Cosine,
+}
+
+/// The optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OptimizerArg {
+    /// Adam.
+    Adam,
+    /// AdamW (decoupled weight decay, `--weight-decay`).
+    Adamw,
+}
+
+/// Fine-tune a model with LoRA adapters (Burn on MLX); mlx-lm's `lora` command's flags.
+#[derive(Debug, Parser)]
+#[command(name = "lora")]
+struct Args {
+    /// Hugging Face model folder.
+    #[arg(long)]
+    model: PathBuf,
+    /// Data folder with train.jsonl and valid.jsonl (test.jsonl optional). Without it, no
+    /// training (use with --fuse or --test).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Where the adapters are written (and read, for --fuse without --data).
+    #[arg(long, default_value = "adapters")]
+    adapter_path: PathBuf,
+    /// Start from these adapters (either layout) instead of new ones.
+    #[arg(long, value_name = "DIR")]
+    resume_adapter: Option<PathBuf>,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 1000)]
+    iters: usize,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 4)]
+    batch_size: usize,
+    /// Batches whose gradients are averaged into one step.
+    #[arg(long, default_value_t = 1)]
+    grad_accumulation_steps: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-5)]
+    learning_rate: f64,
+    /// Learning-rate schedule.
+    #[arg(long, value_enum, default_value = "constant")]
+    lr_schedule: ScheduleArg,
+    /// Warm-up steps of the cosine schedule.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Final rate of the cosine schedule.
+    #[arg(long, default_value_t = 0.0)]
+    min_lr: f64,
+    /// Optimizer.
+    #[arg(long, value_enum, default_value = "adam")]
+    optimizer: OptimizerArg,
+    /// AdamW's weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f32,
+    /// Blocks, counted from the last, that get adapters.
+    #[arg(long, default_value_t = 16)]
+    num_layers: usize,
+    /// Rank of each adapter.
+    #[arg(long, default_value_t = 8)]
+    rank: usize,
+    /// Factor on the adapters' output (PEFT's lora_alpha / r).
+    #[arg(long, default_value_t = 20.0)]
+    scale: f64,
+    /// Dropout on the adapters' input while training.
+    #[arg(long, default_value_t = 0.0)]
+    dropout: f64,
+    /// Linear layers of a block to adapt (comma-separated, e.g.
+    /// self_attn.q_proj,self_attn.v_proj) [default: all seven].
+    #[arg(long, value_delimiter = ',')]
+    keys: Option<Vec<String>>,
+    /// Longest sequence in tokens; longer ones are truncated.
+    #[arg(long, default_value_t = 2048)]
+    max_seq_length: usize,
+    /// Compute the loss on completions only (the prompt / earlier turns get none).
+    #[arg(long)]
+    mask_prompt: bool,
+    /// Report the training loss every N steps.
+    #[arg(long, default_value_t = 10)]
+    steps_per_report: usize,
+    /// Compute the validation loss every N steps (0: never).
+    #[arg(long, default_value_t = 200)]
+    steps_per_eval: usize,
+    /// Validation batches per evaluation (-1: all).
+    #[arg(long, default_value_t = 25, allow_hyphen_values = true)]
+    val_batches: i64,
+    /// Save the adapters every N steps (and at the end).
+    #[arg(long, default_value_t = 100)]
+    save_every: usize,
+    /// After training, report the loss and perplexity on test.jsonl.
+    #[arg(long)]
+    test: bool,
+    /// Test batches (-1: all).
+    #[arg(long, default_value_t = 500, allow_hyphen_values = true)]
+    test_batches: i64,
+    /// Recompute activations in the backward pass instead of keeping them (Burn's balanced
+    /// checkpointing): less memory, more time.
+    #[arg(long)]
+    grad_checkpoint: bool,
+    /// The base model's dtype (the adapters are f32).
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: DTypeArg,
+    /// Quantize the base model's matrices (QLoRA); the adapters stay in f32.
+    #[arg(long, value_enum)]
+    quantize: Option<QuantizeArg>,
+    /// MLX device.
+    #[arg(long, value_enum, default_value = "auto")]
+    device: DeviceArg,
+    /// Seed of the adapters' initial values and of the batch order.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write a Hugging Face folder with the adapters fused into the weights to DIR.
+    #[arg(long, value_name = "DIR")]
+    fuse: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match device(args.device) {
+        Ok(device) if args.grad_checkpoint => {
+            run::<Autodiff<Mlx, BalancedCheckpointing>>(&args, &device)
+        }
+        Ok(device) => run::<Autodiff<Mlx>>(&args, &device),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn device(arg: DeviceArg) -> Result<MlxDevice> {
+    Ok(match arg {
+        DeviceArg::Auto => MlxDevice::default(),
+        DeviceArg::Cpu => MlxDevice::Cpu,
+        DeviceArg::Gpu if MlxDevice::gpu_available() => MlxDevice::Gpu,
+        DeviceArg::Gpu => {
+            return Err(LlmError::Input(
+                "--device gpu: this MLX build has no GPU (CPU-only wheel; build with --features \
+                 cuda on NVIDIA, or run on Apple silicon)"
+                    .into(),
+            ))
+        }
+    })
+}
+
+/// `-1` → all, else that many.
+fn limit(n: i64) -> Option<usize> {
+    (n >= 0).then_some(n as usize)
+}
+
+fn run<B: AutodiffBackend<Device = MlxDevice>>(args: &Args, device: &MlxDevice) -> Result<()> {
+    let Some(data) = &args.data else {
+        if args.fuse.is_none() {
+            return Err(LlmError::Input(
+                "nothing to do: give --data DIR to train, or --fuse DIR to fuse the adapters of \
+                 --adapter-path into the model"
+                    .into(),
+            ));
+        }
+        return fuse_into(args);
+    };
+    let config = TrainConfig {
+        iters: args.iters,
+        batch_size: args.batch_size,
+        grad_accumulation: args.grad_accumulation_steps,
+        learning_rate: args.learning_rate,
+        schedule: match args.lr_schedule {
+            ScheduleArg::Constant => Schedule::Constant,
+            ScheduleArg::Cosine => Schedule::Cosine {
+                warmup: args.warmup,
+                end: args.min_lr,
+            },
+        },
+        optimizer: match args.optimizer {
+            OptimizerArg::Adam => OptimizerKind::Adam,
+            OptimizerArg::Adamw => OptimizerKind::AdamW {
+                weight_decay: args.weight_decay,
+            },
+        },
+        steps_per_report: args.steps_per_report,
+        steps_per_eval: args.steps_per_eval,
+        val_batches: limit(args.val_batches),
+        max_seq_length: args.max_seq_length,
+        mask_prompt: args.mask_prompt,
+        seed: args.seed,
+        ..TrainConfig::default()
+    };
+    config.check()?;
+    let start = Instant::now();
+    let dtype = match args.dtype {
+        DTypeArg::F32 => DType::F32,
+        DTypeArg::Bf16 => DType::BF16,
+        DTypeArg::F16 => DType::F16,
+    };
+    let mut model = load_model::<B>(&args.model, device, dtype)?;
+    if let Some(q) = args.quantize {
+        model = model.quantize(match q {
+            QuantizeArg::Q8 => QuantBits::Q8,
+            QuantizeArg::Q4 => QuantBits::Q4,
+        })?;
+    }
+    let tokenizer = load_tokenizer(&args.model, true)?.expect("required");
+    let template = ChatTemplate::from_model_dir(&args.model)?;
+    let splits = load_dir(data, &tokenizer, template.as_ref())?;
+    eprintln!(
+        "loaded {} ({} layers, {:.1}M parameters, {dtype:?}{}) and {} ({} train, {} valid \
+         examples) in {:.1} s",
+        args.model.display(),
+        model.config().num_layers,
+        model.config().num_params() as f64 / 1e6,
+        args.quantize
+            .map(|q| format!(", base quantized to {q:?}"))
+            .unwrap_or_default(),
+        data.display(),
+        splits.train.len(),
+        splits.valid.len(),
+        start.elapsed().as_secs_f64()
+    );
+    B::seed(device, args.seed);
+    let mut lora: Lora<B> = match &args.resume_adapter {
+        Some(dir) => files::load(dir, model.config(), device, DType::F32)?,
+        None => Lora::init(
+            &model,
+            LoraConfig {
+                rank: args.rank,
+                scale: args.scale,
+                dropout: args.dropout,
+                num_layers: args.num_layers,
+                keys: args.keys.clone(),
+            },
+            DType::F32,
+        )?,
+    };
+    let total = model.config().num_params() as f64;
+    eprintln!(
+        "trainable parameters: {:.3}% ({:.3}M / {:.3}M), {} adapted layers",
+        lora.num_params() as f64 * 100.0 / total,
+        lora.num_params() as f64 / 1e6,
+        total / 1e6,
+        lora.targets.len()
+    );
+    let mut train_batches = Batches::new(
+        &splits.train,
+        config.batch_size,
+        config.max_seq_length,
+        config.mask_prompt,
+        config.seed,
+    )?;
+    let valid_batches = Batches::new(
+        &splits.valid,
+        config.batch_size.min(splits.valid.len().max(1)),
+        config.max_seq_length,
+        config.mask_prompt,
+        config.seed,
+    )?;
+    let info = SaveInfo {
+        base_model: args.model.display().to_string(),
+        extra: serde_json::json!({
+            "iters": args.iters,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "max_seq_length": args.max_seq_length,
+            "mask_prompt": args.mask_prompt,
+            "grad_accumulation_steps": args.grad_accumulation_steps,
+            "seed": args.seed,
+            "data": data.display().to_string(),
+        })
+        .as_object()
+        .cloned()
+        .unwrap_or_default(),
+    };
+    let mut on_event = |event: &Event| match event {
+        Event::Train {
+            step,
+            loss,
+            learning_rate,
+            steps_per_sec,
+            tokens_per_sec,
+            trained_tokens,
+            peak_memory,
+        } => eprintln!(
+            "Iter {step}: Train loss {loss:.3}, Learning Rate {learning_rate:.3e}, It/sec \
+             {steps_per_sec:.3}, Tokens/sec {tokens_per_sec:.1}, Trained Tokens \
+             {trained_tokens}, Peak mem {:.3} GB",
+            *peak_memory as f64 / 1e9
+        ),
+        Event::Validation {
+            step,
+            loss,
+            seconds,
+        } => eprintln!("Iter {step}: Val loss {loss:.3}, Val took {seconds:.3}s"),
+    };
+    let save_every = args.save_every;
+    let adapter_path = args.adapter_path.clone();
+    let iters = args.iters;
+    let mut on_step = |step: usize, lora: &Lora<B>| -> Result<()> {
+        if (save_every > 0 && step % save_every == 0) || step == iters {
+            files::save(lora, &adapter_path, &info)?;
+            eprintln!(
+                "Iter {step}: Saved adapter weights to {}",
+                adapter_path.join(files::MLX_WEIGHTS).display()
+            );
+        }
+        Ok(())
+    };
+    train(
+        &mut model,
+        &mut lora,
+        &mut train_batches,
+        &valid_batches,
+        &config,
+        &mut on_event,
+        &mut on_step,
+    )?;
+    if args.test {
+        let test = splits.test.as_ref().ok_or_else(|| LlmError::Data {
+            path: data.clone(),
+            line: None,
+            message: "--test: the data folder has no test.jsonl".into(),
+        })?;
+        let batches = Batches::new(
+            test,
+            config.batch_size.min(test.len().max(1)),
+            config.max_seq_length,
+            config.mask_prompt,
+            config.seed,
+        )?;
+        let (loss, tokens) = evaluate(&model, &batches.all(), limit(args.test_batches))?;
+        eprintln!(
+            "Test loss {loss:.3}, Test ppl {:.3} ({tokens} tokens)",
+            loss.exp()
+        );
+    }
+    if args.fuse.is_some() {
+        fuse_into(args)?;
+    }
+    Ok(())
+}
+
+/// `--fuse`: writes the model with the adapters of `--adapter-path` fused in.
+fn fuse_into(args: &Args) -> Result<()> {
+    let out = args.fuse.as_ref().expect("called with --fuse");
+    let report = fuse::<Mlx>(&args.model, &args.adapter_path, out, &MlxDevice::Cpu)?;
+    eprintln!(
+        "fused {} adapted matrices into {} ({} tensors; copied {})",
+        report.fused,
+        out.display(),
+        report.tensors,
+        report.copied.join(", ")
+    );
+    Ok(())
+}
