@@ -25,11 +25,13 @@
 //! # Other backends
 //!
 //! `QuantizedMatrix<B>` is generic over the backend, so model code written for any backend can
-//! use it. On a backend other than [`Mlx`] (burn-ndarray, burn-flex, burn-candle, `Autodiff<Mlx>`,
-//! ...), the same quantization is computed with plain float tensor ops (those backends do not
-//! all implement Burn's 4-bit quantization) and the matrix is kept dequantized (`s·q` in the
-//! weight's dtype): the results are those of the quantized weights, with no saving of memory or
-//! time.
+//! use it. On `Autodiff<Mlx>` the packed form is kept too, and a product is one autodiff node:
+//! MLX's quantized matmul forward, MLX's vector-Jacobian product of it backward, with the
+//! gradient flowing to the input only (the weights are constants): what QLoRA training needs.
+//! On a backend not built on MLX (burn-ndarray, burn-flex, burn-candle, ...), the same
+//! quantization is computed with plain float tensor ops (those backends do not all implement
+//! Burn's 4-bit quantization) and the matrix is kept dequantized (`s·q` in the weight's dtype):
+//! the results are those of the quantized weights, with no saving of memory or time.
 //!
 //! # Precision and the CPU
 //!
@@ -189,18 +191,102 @@ fn is_mlx<B: Backend>() -> bool {
     std::any::TypeId::of::<B>() == std::any::TypeId::of::<Mlx>()
 }
 
+/// Whether `B` is `Autodiff<Mlx>` (either checkpoint strategy): the packed form is kept, and
+/// products are one autodiff node whose backward pass is MLX's ([`QuantizedMatmulOp`]).
+fn is_autodiff_mlx<B: Backend>() -> bool {
+    crate::nn::custom::is_mlx::<B>() && !is_mlx::<B>()
+}
+
+/// A float tensor of `B` = `Autodiff<Mlx>` that autodiff does not track, from an MLX array.
+fn untracked<B: Backend, const D: usize>(array: Array, device: MlxDevice) -> Tensor<B, D> {
+    use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
+    use burn_autodiff::Autodiff;
+    use burn_tensor::backend::AutodiffBackend;
+    let inner = MlxTensor::from_array(array, device);
+    let id = std::any::TypeId::of::<B>();
+    let boxed: Box<dyn Any> = if id == std::any::TypeId::of::<Autodiff<Mlx, NoCheckpointing>>() {
+        Box::new(<Autodiff<Mlx, NoCheckpointing> as AutodiffBackend>::from_inner(inner))
+    } else {
+        Box::new(<Autodiff<Mlx, BalancedCheckpointing> as AutodiffBackend>::from_inner(inner))
+    };
+    let primitive = *boxed
+        .downcast::<burn_backend::tensor::FloatTensor<B>>()
+        .unwrap_or_else(|_| unreachable!("B is Autodiff<Mlx>"));
+    Tensor::from_primitive(TensorPrimitive::Float(primitive))
+}
+
+/// `x · Wᵀ` with MLX's packed `W` as one differentiable op (the gradient flows to `x` only; the
+/// weights are constants): on `Autodiff<Mlx>` the forward pass is MLX's quantized matmul and
+/// the backward pass MLX's own vector-Jacobian product of it (a quantized matmul with the
+/// transposed weight), so the base of a LoRA model stays quantized while adapters train.
+#[derive(Debug)]
+struct QuantizedMatmulOp {
+    /// Words, scales and biases.
+    packed: [Array; 3],
+    group_size: i32,
+    bits: i32,
+    /// MLX's CPU with more than [`CPU_QMM_MAX_ROWS`] rows: dequantize and use BLAS.
+    dequantize: bool,
+}
+
+// SAFETY: MLX arrays are reference-counted handles to immutable data; the op only reads them,
+// as every other fused op does with its side inputs.
+unsafe impl Send for QuantizedMatmulOp {}
+unsafe impl Sync for QuantizedMatmulOp {}
+
+impl crate::nn::custom::FusedOp for QuantizedMatmulOp {
+    fn name(&self) -> &'static str {
+        "QuantizedMatrix::matmul_t"
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "quantized_matmul gs={} bits={} dequantize={}",
+            self.group_size, self.bits, self.dequantize
+        )
+    }
+
+    fn side_inputs(&self) -> Vec<Array> {
+        self.packed.to_vec()
+    }
+
+    fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, mlx_rs::error::Exception> {
+        let (x, w, s, b) = (&xs[0], &side[0], &side[1], &side[2]);
+        let compute = s.dtype();
+        let y = if self.dequantize {
+            let w = ops::dequantize(w, s, b, self.group_size, self.bits)?;
+            x.as_dtype(compute)?.matmul(w.t())?
+        } else {
+            ops::quantized_matmul(
+                x.as_dtype(compute)?,
+                w,
+                s,
+                b,
+                true,
+                self.group_size,
+                self.bits,
+            )?
+        };
+        y.as_dtype(x.dtype())
+    }
+}
+
 /// The MLX tensor under a float `Tensor<B, D>` when `B` is [`Mlx`].
 fn mlx_float<B: Backend, const D: usize>(x: Tensor<B, D>, op: &str) -> Result<MlxTensor, MlxError> {
     let x: Tensor<Mlx, D> = same_type(x).ok_or_else(|| not_mlx::<B>(op))?;
     Ok(x.into_primitive().tensor())
 }
 
-/// A float `Tensor<B, D>` from an MLX array when `B` is [`Mlx`].
+/// A float `Tensor<B, D>` from an MLX array when `B` is [`Mlx`], or an untracked one when `B`
+/// is `Autodiff<Mlx>`.
 fn from_mlx<B: Backend, const D: usize>(
     array: Array,
     device: MlxDevice,
     op: &str,
 ) -> Result<Tensor<B, D>, MlxError> {
+    if is_autodiff_mlx::<B>() {
+        return Ok(untracked(array, device));
+    }
     let t = Tensor::<Mlx, D>::from_primitive(TensorPrimitive::Float(MlxTensor::from_array(
         array, device,
     )));
@@ -269,6 +355,22 @@ impl<B: Backend> QuantizedMatrix<B> {
         let dims = weight.dims();
         check_matrix(OP, dims, group_size)?;
         let dtype = weight.dtype();
+        if is_autodiff_mlx::<B>() {
+            let inner = crate::nn::custom::mlx_array::<B>(weight.into_primitive().tensor())
+                .expect("B is Autodiff<Mlx>");
+            let inner = Tensor::<Mlx, 2>::from_primitive(TensorPrimitive::Float(inner));
+            let q = QuantizedMatrix::<Mlx>::quantize(inner, bits, group_size)?;
+            let Repr::Mlx(packed) = q.repr else {
+                unreachable!("Mlx keeps the packed form")
+            };
+            return Ok(Self {
+                repr: Repr::Mlx(packed),
+                dims,
+                bits,
+                group_size,
+                dtype,
+            });
+        }
         if is_mlx::<B>() {
             let scheme = quant_scheme(bits, group_size)?;
             // Burn's quantization API (burn-mlx's `QTensorOps`), from f32 values.
@@ -363,7 +465,8 @@ impl<B: Backend> QuantizedMatrix<B> {
         self.dtype
     }
 
-    /// Whether the matrix is held in MLX's packed form (the backend is [`Mlx`]).
+    /// Whether the matrix is held in MLX's packed form (the backend is [`Mlx`] or
+    /// `Autodiff<Mlx>`).
     pub fn is_mlx_packed(&self) -> bool {
         matches!(self.repr, Repr::Mlx(_))
     }
@@ -427,6 +530,22 @@ impl<B: Backend> QuantizedMatrix<B> {
             }
             Repr::Mlx(p) => p,
         };
+        if is_autodiff_mlx::<B>() {
+            let rows = dims[..D - 1].iter().product::<usize>();
+            let op = std::sync::Arc::new(QuantizedMatmulOp {
+                packed: [
+                    p.words.array.clone(),
+                    p.scales.array.clone(),
+                    p.biases.array.clone(),
+                ],
+                group_size: self.group_size as i32,
+                bits: self.bits.bits() as i32,
+                dequantize: p.words.device == MlxDevice::Cpu && rows > CPU_QMM_MAX_ROWS,
+            });
+            let out = crate::nn::custom::apply_anywhere::<B>(op, vec![x.into_primitive().tensor()])
+                .unwrap_or_else(|_| unreachable!("B is Autodiff<Mlx> on an MLX device"));
+            return Ok(Tensor::from_primitive(TensorPrimitive::Float(out)));
+        }
         let x = mlx_float(x, OP)?;
         let a = &x.array;
         let dtype = a.dtype();
@@ -472,8 +591,11 @@ impl<B: Backend> QuantizedMatrix<B> {
             Repr::Dequantized(m) => return Ok(burn_tensor::module::embedding(m.clone(), ids)),
             Repr::Mlx(p) => p,
         };
-        let ids: Tensor<Mlx, 2, Int> = same_type(ids).ok_or_else(|| not_mlx::<B>(OP))?;
-        let ids = ids.into_primitive();
+        // The Int primitive of `Mlx` and of `Autodiff<Mlx>` alike.
+        let boxed: Box<dyn Any> = Box::new(ids.into_primitive());
+        let ids = *boxed
+            .downcast::<MlxTensor>()
+            .map_err(|_| not_mlx::<B>(OP))?;
         let (words, scales, biases) = (&p.words.array, &p.scales.array, &p.biases.array);
         let device = p.words.device;
         let target = crate::dtype::to_mlx(self.dtype);

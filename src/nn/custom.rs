@@ -117,10 +117,28 @@ pub(crate) fn apply<B: Backend>(
     op: Arc<dyn FusedOp>,
     inputs: Vec<FloatTensor<B>>,
 ) -> Result<FloatTensor<B>, Vec<FloatTensor<B>>> {
+    apply_on::<B>(op, inputs, false)
+}
+
+/// [`apply`] on every MLX device, the CPU included whatever [`crate::nn::fuse_on_cpu`] says:
+/// for ops that have no composed equivalent on `B` (a product with MLX's packed quantized
+/// weights).
+pub(crate) fn apply_anywhere<B: Backend>(
+    op: Arc<dyn FusedOp>,
+    inputs: Vec<FloatTensor<B>>,
+) -> Result<FloatTensor<B>, Vec<FloatTensor<B>>> {
+    apply_on::<B>(op, inputs, true)
+}
+
+fn apply_on<B: Backend>(
+    op: Arc<dyn FusedOp>,
+    inputs: Vec<FloatTensor<B>>,
+    anywhere: bool,
+) -> Result<FloatTensor<B>, Vec<FloatTensor<B>>> {
     let Some(device) = inputs.first().and_then(|t| mlx_device::<B>(t)) else {
         return Err(inputs);
     };
-    if !fused_on(device) {
+    if !anywhere && !fused_on(device) {
         return Err(inputs);
     }
     let id = TypeId::of::<B>();

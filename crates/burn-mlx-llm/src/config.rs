@@ -1,6 +1,6 @@
-//! The model's hyper-parameters, read from a Hugging Face `config.json` (Llama and Qwen3, in the
-//! transformers 4 form with `rope_theta`/`rope_scaling` and the transformers 5 form with
-//! `rope_parameters`), or taken from a named preset for random-weight benchmarks.
+//! The model's hyper-parameters, read from a Hugging Face `config.json` (Llama, Qwen3 and Gemma 3
+//! text, in the transformers 4 form with `rope_theta`/`rope_scaling` and the transformers 5 form
+//! with `rope_parameters`), or taken from a named preset for random-weight benchmarks.
 
 use super::error::{LlmError, Result};
 use serde_json::Value;
@@ -13,9 +13,12 @@ pub enum Architecture {
     Llama,
     /// `Qwen3ForCausalLM`: Llama's layout plus an RMSNorm over each query and key head.
     Qwen3,
-    /// Gemma 3 (text), read from llama.cpp's GGUF files only (`gguf.rs`): Qwen3's q/k norms,
-    /// RMSNorms also after attention and around the MLP, a GELU (tanh) gated MLP, embeddings
-    /// scaled by `sqrt(hidden)`, and sliding-window layers with their own RoPE base.
+    /// Gemma 3 (text; `Gemma3ForCausalLM`, `model_type` `gemma3_text`), from a Hugging Face
+    /// folder or a llama.cpp GGUF file (`gguf.rs`): Qwen3's q/k norms, RMSNorms also after
+    /// attention and around the MLP, a GELU (tanh) gated MLP, embeddings scaled by
+    /// `sqrt(hidden)`, and sliding-window layers with their own RoPE base. Its RMSNorms multiply
+    /// by `1 + w`; the model multiplies by the stored vector, which GGUF files hold as `1 + w`
+    /// and Hugging Face folders as `w` (`weights.rs` adds the 1 when it loads one).
     Gemma3,
 }
 
@@ -26,6 +29,8 @@ impl Architecture {
         ("llama", Architecture::Llama),
         ("Qwen3ForCausalLM", Architecture::Qwen3),
         ("qwen3", Architecture::Qwen3),
+        ("Gemma3ForCausalLM", Architecture::Gemma3),
+        ("gemma3_text", Architecture::Gemma3),
     ];
 
     /// Looks a class name or `model_type` up.
@@ -211,24 +216,27 @@ impl LlmConfig {
             })
         };
 
-        let act = present("hidden_act")
-            .and_then(Value::as_str)
-            .unwrap_or("silu");
-        if act != "silu" {
-            return Err(err(format!(
-                "`hidden_act` = `{act}` is not supported (only `silu`, the SwiGLU MLP)"
-            )));
-        }
-        if bool_or("use_sliding_window", false)? {
-            return Err(err(
-                "`use_sliding_window` = true is not supported (full attention only)".into(),
-            ));
-        }
-        if let Some(types) = present("layer_types").and_then(Value::as_array) {
-            if let Some(other) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+        let gemma3 = architecture == Architecture::Gemma3;
+        if !gemma3 {
+            let act = present("hidden_act")
+                .and_then(Value::as_str)
+                .unwrap_or("silu");
+            if act != "silu" {
                 return Err(err(format!(
-                    "`layer_types` holds {other}; only `full_attention` layers are supported"
+                    "`hidden_act` = `{act}` is not supported (only `silu`, the SwiGLU MLP)"
                 )));
+            }
+            if bool_or("use_sliding_window", false)? {
+                return Err(err(
+                    "`use_sliding_window` = true is not supported (full attention only)".into(),
+                ));
+            }
+            if let Some(types) = present("layer_types").and_then(Value::as_array) {
+                if let Some(other) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+                    return Err(err(format!(
+                        "`layer_types` holds {other}; only `full_attention` layers are supported"
+                    )));
+                }
             }
         }
 
@@ -243,6 +251,8 @@ impl LlmConfig {
         }
         let head_dim = match present("head_dim") {
             Some(v) => usize_of("head_dim", v)?,
+            // transformers' `Gemma3TextConfig` default, which does not follow from the width.
+            None if gemma3 => GEMMA3_DEFAULTS.head_dim,
             None if hidden_size.is_multiple_of(num_heads) => hidden_size / num_heads,
             None => {
                 return Err(err(format!(
@@ -257,38 +267,46 @@ impl LlmConfig {
             )));
         }
 
-        // RoPE: transformers 5 nests theta and scaling in `rope_parameters`; 4.x has
-        // `rope_theta` and an optional `rope_scaling` object.
-        let (rope_theta, rope_obj) = match present("rope_parameters") {
-            Some(Value::Object(p)) => {
-                let theta = p.get("rope_theta").filter(|v| !v.is_null());
-                let theta = match theta {
-                    Some(v) => v.as_f64().ok_or_else(|| {
-                        err(format!(
-                            "`rope_parameters.rope_theta` = {v} is not a number"
-                        ))
-                    })?,
-                    None => float_or("rope_theta", 10_000.0)?,
-                };
-                (theta, Some(p.clone()))
-            }
-            Some(other) => {
-                return Err(err(format!("`rope_parameters` = {other} is not an object")))
-            }
-            None => {
-                let scaling = match present("rope_scaling") {
-                    Some(Value::Object(s)) => Some(s.clone()),
-                    Some(other) => {
-                        return Err(err(format!("`rope_scaling` = {other} is not an object")))
-                    }
-                    None => None,
-                };
-                (float_or("rope_theta", 10_000.0)?, scaling)
-            }
-        };
-        let rope_scaling = match rope_obj {
-            Some(p) => parse_rope_scaling(&p).map_err(err)?,
-            None => RopeScaling::None,
+        let num_layers = int("num_hidden_layers")?;
+        let (rope_theta, rope_scaling, sliding) = if gemma3 {
+            // Gemma 3: two RoPE bases, the sliding window, and the fields it refuses.
+            let g = gemma3_fields(obj, num_layers, head_dim).map_err(err)?;
+            (g.rope_theta, g.rope_scaling, Some(g.sliding))
+        } else {
+            // RoPE: transformers 5 nests theta and scaling in `rope_parameters`; 4.x has
+            // `rope_theta` and an optional `rope_scaling` object.
+            let (rope_theta, rope_obj) = match present("rope_parameters") {
+                Some(Value::Object(p)) => {
+                    let theta = p.get("rope_theta").filter(|v| !v.is_null());
+                    let theta = match theta {
+                        Some(v) => v.as_f64().ok_or_else(|| {
+                            err(format!(
+                                "`rope_parameters.rope_theta` = {v} is not a number"
+                            ))
+                        })?,
+                        None => float_or("rope_theta", 10_000.0)?,
+                    };
+                    (theta, Some(p.clone()))
+                }
+                Some(other) => {
+                    return Err(err(format!("`rope_parameters` = {other} is not an object")))
+                }
+                None => {
+                    let scaling = match present("rope_scaling") {
+                        Some(Value::Object(s)) => Some(s.clone()),
+                        Some(other) => {
+                            return Err(err(format!("`rope_scaling` = {other} is not an object")))
+                        }
+                        None => None,
+                    };
+                    (float_or("rope_theta", 10_000.0)?, scaling)
+                }
+            };
+            let rope_scaling = match rope_obj {
+                Some(p) => parse_rope_scaling(&p).map_err(err)?,
+                None => RopeScaling::None,
+            };
+            (rope_theta, rope_scaling, None)
         };
 
         let eos_token_ids = match present("eos_token_id") {
@@ -305,19 +323,27 @@ impl LlmConfig {
             vocab_size: int("vocab_size")?,
             hidden_size,
             intermediate_size: int("intermediate_size")?,
-            num_layers: int("num_hidden_layers")?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
             rms_norm_eps: float_or("rms_norm_eps", 1e-6)?,
             rope_theta,
             rope_scaling,
-            tie_word_embeddings: bool_or("tie_word_embeddings", false)?,
+            // Gemma 3 ties its embeddings unless told otherwise (transformers' default).
+            tie_word_embeddings: bool_or("tie_word_embeddings", gemma3)?,
             attention_bias: bool_or("attention_bias", false)?,
             mlp_bias: bool_or("mlp_bias", false)?,
-            max_position_embeddings: int_or("max_position_embeddings", 4096)?,
+            max_position_embeddings: int_or(
+                "max_position_embeddings",
+                if gemma3 {
+                    GEMMA3_DEFAULTS.max_position_embeddings
+                } else {
+                    4096
+                },
+            )?,
             eos_token_ids,
-            sliding: None,
+            sliding,
         };
         if config.vocab_size == 0 || config.hidden_size == 0 || config.num_layers == 0 {
             return Err(err(
@@ -395,12 +421,12 @@ impl LlmConfig {
         let (h, d) = (self.hidden_size, self.head_dim);
         let attn = h * self.num_heads * d * 2 + h * self.num_kv_heads * d * 2;
         let mlp = 3 * h * self.intermediate_size;
-        let norms = 2 * h
-            + if self.architecture == Architecture::Qwen3 {
-                2 * d
-            } else {
-                0
-            };
+        let norms = match self.architecture {
+            Architecture::Llama => 2 * h,
+            Architecture::Qwen3 => 2 * h + 2 * d,
+            // Four norms around attention and the MLP, and the q/k norms.
+            Architecture::Gemma3 => 4 * h + 2 * d,
+        };
         let head = if self.tie_word_embeddings {
             0
         } else {
@@ -461,4 +487,202 @@ fn parse_rope_scaling(
             "unsupported rope scaling type `{other}` (supported: default, linear, llama3)"
         )),
     }
+}
+
+/// transformers' `Gemma3TextConfig` defaults, for the fields a Gemma 3 `config.json` may omit.
+struct Gemma3Defaults {
+    head_dim: usize,
+    max_position_embeddings: usize,
+    sliding_window: usize,
+    /// Every `sliding_window_pattern`-th layer attends globally (the older configs' field).
+    sliding_window_pattern: usize,
+    /// The global layers' RoPE base.
+    rope_theta: f64,
+    /// The sliding layers' RoPE base.
+    rope_local_base_freq: f64,
+    query_pre_attn_scalar: f64,
+}
+
+const GEMMA3_DEFAULTS: Gemma3Defaults = Gemma3Defaults {
+    head_dim: 256,
+    max_position_embeddings: 131_072,
+    sliding_window: 4096,
+    sliding_window_pattern: 6,
+    rope_theta: 1_000_000.0,
+    rope_local_base_freq: 10_000.0,
+    query_pre_attn_scalar: 256.0,
+};
+
+/// What a Gemma 3 `config.json` says beyond the fields every family shares.
+struct Gemma3Fields {
+    /// The global layers' RoPE base.
+    rope_theta: f64,
+    /// The global layers' RoPE rescaling (the sliding layers' RoPE is plain).
+    rope_scaling: RopeScaling,
+    sliding: SlidingWindow,
+}
+
+/// Reads Gemma 3's activation, sliding window, layer pattern and two RoPE bases, in the flat form
+/// (`rope_theta`, `rope_local_base_freq`, `rope_scaling`, `sliding_window_pattern`) and in
+/// transformers 5's (`rope_parameters` keyed by `full_attention`/`sliding_attention`,
+/// `layer_types`), and refuses what the decoder does not implement: another activation, logit
+/// soft-capping, an attention scale other than `1/sqrt(head_dim)`, bidirectional attention, and
+/// RoPE rescaling of a kind `parse_rope_scaling` does not know (or any on the sliding layers).
+fn gemma3_fields(
+    obj: &serde_json::Map<String, Value>,
+    num_layers: usize,
+    head_dim: usize,
+) -> std::result::Result<Gemma3Fields, String> {
+    let d = &GEMMA3_DEFAULTS;
+    let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
+    let number = |key: &str, v: &Value| {
+        v.as_f64()
+            .ok_or_else(|| format!("`{key}` = {v} is not a number"))
+    };
+    let positive = |key: &str, default: usize| match present(key) {
+        None => Ok(default),
+        Some(v) => v
+            .as_u64()
+            .filter(|&n| n > 0)
+            .map(|n| n as usize)
+            .ok_or_else(|| format!("`{key}` = {v} is not a positive integer")),
+    };
+
+    // transformers names the field `hidden_activation`; older configs also carry `hidden_act`.
+    let (act_key, act) = match present("hidden_activation") {
+        Some(v) => ("hidden_activation", v),
+        None => match present("hidden_act") {
+            Some(v) => ("hidden_act", v),
+            None => ("hidden_activation", &Value::Null),
+        },
+    };
+    let act = if act.is_null() {
+        "gelu_pytorch_tanh"
+    } else {
+        act.as_str()
+            .ok_or_else(|| format!("`{act_key}` = {act} is not a string"))?
+    };
+    if act != "gelu_pytorch_tanh" {
+        return Err(format!(
+            "`{act_key}` = `{act}` is not supported for Gemma 3 (only `gelu_pytorch_tanh`)"
+        ));
+    }
+    for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
+        if let Some(v) = present(key) {
+            return Err(format!(
+                "`{key}` = {v} is not supported: this decoder does not soft-cap logits (Gemma 3 \
+                 sets it to null)"
+            ));
+        }
+    }
+    let scalar = match present("query_pre_attn_scalar") {
+        Some(v) => number("query_pre_attn_scalar", v)?,
+        None => d.query_pre_attn_scalar,
+    };
+    if scalar != head_dim as f64 {
+        return Err(format!(
+            "`query_pre_attn_scalar` = {scalar} differs from `head_dim` = {head_dim}: this \
+             decoder scales attention scores by 1/sqrt(head_dim) only"
+        ));
+    }
+    if present("use_bidirectional_attention").and_then(Value::as_bool) == Some(true) {
+        return Err(
+            "`use_bidirectional_attention` = true is not supported (causal attention only)".into(),
+        );
+    }
+
+    let window = positive("sliding_window", d.sliding_window)?;
+    let layers: Vec<bool> = match present("layer_types") {
+        Some(Value::Array(types)) => {
+            if types.len() != num_layers {
+                return Err(format!(
+                    "`layer_types` has {} entries for `num_hidden_layers` = {num_layers}",
+                    types.len()
+                ));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("sliding_attention") => Ok(true),
+                    Some("full_attention") => Ok(false),
+                    _ => Err(format!(
+                        "`layer_types` holds {t}; only `sliding_attention` and `full_attention` \
+                         are supported"
+                    )),
+                })
+                .collect::<std::result::Result<_, _>>()?
+        }
+        Some(other) => return Err(format!("`layer_types` = {other} is not a list")),
+        None => {
+            let every = positive("sliding_window_pattern", d.sliding_window_pattern)?;
+            (0..num_layers).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+
+    // The flat fields, which the nested `rope_parameters` entries override.
+    let flat_theta = match present("rope_theta") {
+        Some(v) => number("rope_theta", v)?,
+        None => d.rope_theta,
+    };
+    let flat_local = match present("rope_local_base_freq") {
+        Some(v) => number("rope_local_base_freq", v)?,
+        None => d.rope_local_base_freq,
+    };
+    let object = |key: &str, v: &Value| match v {
+        Value::Object(o) => Ok(o.clone()),
+        other => Err(format!("`{key}` = {other} is not an object")),
+    };
+    let (global, local) = match present("rope_parameters") {
+        Some(Value::Object(p))
+            if p.contains_key("full_attention") || p.contains_key("sliding_attention") =>
+        {
+            let entry = |key: &str| {
+                p.get(key)
+                    .filter(|v| !v.is_null())
+                    .map(|v| object(&format!("rope_parameters.{key}"), v))
+                    .transpose()
+            };
+            (entry("full_attention")?, entry("sliding_attention")?)
+        }
+        // One object for the global layers, as Llama and Qwen3 have it.
+        Some(v) => (Some(object("rope_parameters", v)?), None),
+        None => (
+            present("rope_scaling")
+                .map(|v| object("rope_scaling", v))
+                .transpose()?,
+            None,
+        ),
+    };
+    let theta_in = |p: &Option<serde_json::Map<String, Value>>, key: &str, default: f64| match p
+        .as_ref()
+        .and_then(|p| p.get("rope_theta"))
+        .filter(|v| !v.is_null())
+    {
+        Some(v) => number(&format!("{key}.rope_theta"), v),
+        None => Ok(default),
+    };
+    let rope_theta = theta_in(&global, "rope_parameters.full_attention", flat_theta)?;
+    let local_theta = theta_in(&local, "rope_parameters.sliding_attention", flat_local)?;
+    let rope_scaling = match &global {
+        Some(p) => parse_rope_scaling(p)?,
+        None => RopeScaling::None,
+    };
+    if let Some(p) = &local {
+        let scaling = parse_rope_scaling(p)?;
+        if scaling != RopeScaling::None {
+            return Err(format!(
+                "`rope_parameters.sliding_attention` rescales RoPE ({scaling:?}); only the \
+                 global layers' RoPE may be rescaled"
+            ));
+        }
+    }
+    Ok(Gemma3Fields {
+        rope_theta,
+        rope_scaling,
+        sliding: SlidingWindow {
+            window,
+            layers,
+            rope_theta: local_theta,
+        },
+    })
 }

@@ -166,7 +166,9 @@ impl ChatTemplate {
     }
 
     /// Renders `messages` (a JSON list of `{role, content, ...}`) and optional `tools`; with
-    /// `add_generation_prompt` the text ends with the header of an assistant turn.
+    /// `add_generation_prompt` the text ends with the header of an assistant turn. Objects keep
+    /// the key order of their `serde_json::Value` (sorted, as serde_json is built here), which
+    /// shows only where the template applies `tojson` to them; [`load_jsonl`] keeps file order.
     pub fn render(
         &self,
         messages: &Json,
@@ -404,7 +406,8 @@ fn parse_line(
     template: Option<&ChatTemplate>,
     eos: Option<u32>,
 ) -> Msg<Example> {
-    let tools = match obj.get("tools") {
+    // Only conversations go through the template, so only they read `tools`.
+    let tools = match obj.get("tools").filter(|_| format != Format::Text) {
         None | Some(Json::Null) => None,
         Some(Json::Array(_)) => Some(raw.get_attr("tools").map_err(|e| e.to_string())?),
         Some(other) => {
@@ -542,7 +545,8 @@ pub fn load_jsonl(
             None => *format.insert((
                 Format::detect(obj).ok_or_else(|| {
                     error(format!(
-                        "unknown format: expected key `text`, keys `prompt` and `completion`, or key `messages`; found {}",
+                        "unknown format: expected key `text`, keys `prompt` and `completion`, \
+                         or key `messages`; found {}",
                         key_list(obj)
                     ))
                 })?,
@@ -669,7 +673,8 @@ impl Batches {
     ) -> Result<Self> {
         if batch_size == 0 || max_seq_length < 2 {
             return Err(LlmError::Input(format!(
-                "batch size must be at least 1 (is {batch_size}) and max_seq_length at least 2 (is {max_seq_length})"
+                "batch size must be at least 1 (is {batch_size}) and max_seq_length at least 2 \
+                 (is {max_seq_length})"
             )));
         }
         if examples.len() < batch_size {
@@ -788,25 +793,26 @@ mod tests {
             "<|im_start|>",
             "<|im_end|>",
         ];
-        let words = "user assistant system hello world hi there what is two plus four be helpful thanks a b c [ ] !";
-        let vocab: Map<String, Json> = specials
-            .into_iter()
-            .chain(words.split(' '))
+        let words = "user assistant system hello world hi there what is two plus four be helpful \
+                     thanks a b c [ ] !";
+        let vocab: Map<String, Json> = (specials.into_iter().chain(words.split_whitespace()))
             .enumerate()
             .map(|(i, w)| (w.to_string(), json!(i)))
             .collect();
         let added: Vec<Json> = (0..specials.len())
-            .map(|id| json!({"id": id, "content": specials[id], "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+            .map(|id| {
+                json!({"id": id, "content": specials[id], "single_word": false,
+                "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+            })
             .collect();
-        let (bos, a) = (
-            json!({"SpecialToken": {"id": "<s>", "type_id": 0}}),
-            json!({"Sequence": {"id": "A", "type_id": 0}}),
-        );
+        let bos = json!({"SpecialToken": {"id": "<s>", "type_id": 0}});
+        let a = json!({"Sequence": {"id": "A", "type_id": 0}});
         let spec = json!({
-            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
-            "pre_tokenizer": {"type": "Whitespace"}, "decoder": null,
-            "post_processor": {"type": "TemplateProcessing", "single": [bos, a], "pair": [bos, a, {"Sequence": {"id": "B", "type_id": 1}}],
-                               "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+            "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "decoder": null,
+            "post_processor": {"type": "TemplateProcessing", "single": [bos, a],
+                "pair": [bos, a, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
             "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
         });
         Tokenizer::from_str(&spec.to_string()).unwrap()
@@ -814,32 +820,31 @@ mod tests {
 
     /// The tokens of `ids` as text, to compare with readable expectations.
     fn words(tok: &Tokenizer, ids: &[u32]) -> String {
-        ids.iter()
-            .map(|&i| tok.id_to_token(i).unwrap())
-            .collect::<Vec<_>>()
-            .join(" ")
+        let words: Vec<String> = ids.iter().map(|&i| tok.id_to_token(i).unwrap()).collect();
+        words.join(" ")
     }
 
     /// A fresh empty folder under the system's temp dir.
     fn temp_dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("burn-mlx-llm-data-{}-{name}", std::process::id()));
+        let name = format!("burn-mlx-llm-data-{}-{name}", std::process::id());
+        let dir = std::env::temp_dir().join(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
 
-    /// Writes `lines` as `dir/name`.
-    fn write(dir: &Path, name: &str, lines: &[&str]) -> PathBuf {
+    /// Writes `text` as `dir/name`.
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let path = dir.join(name);
-        std::fs::write(&path, lines.join("\n")).unwrap();
+        std::fs::write(&path, text).unwrap();
         path
     }
 
     /// Qwen's ChatML layout, with `<|im_end|>` as EOS.
     fn chatml() -> ChatTemplate {
-        let source = "{%- for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endfor %}\
-                      {%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}";
+        let source = "{%- for message in messages %}<|im_start|>{{ message.role }}\n\
+            {{ message.content }}<|im_end|>\n{%- endfor %}\
+            {%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}";
         ChatTemplate::new(source, None, Some("<|im_end|>".into())).unwrap()
     }
 
@@ -851,25 +856,15 @@ mod tests {
                 line,
                 message,
             }) if p == path => (line, message),
-            other => panic!(
-                "expected a data error about {}, got {other:?}",
-                path.display()
-            ),
+            other => panic!("expected a data error about {path:?}, got {other:?}"),
         }
     }
 
     #[test]
     fn text_lines_get_bos_and_one_eos() {
         let (tok, dir) = (tokenizer(), temp_dir("text"));
-        let path = write(
-            &dir,
-            "train.jsonl",
-            &[
-                r#"{"text": "hello world"}"#,
-                "",
-                r#"{"text": "hi <|endoftext|>"}"#,
-            ],
-        );
+        let text = "{\"text\": \"hello world\"}\n\n{\"text\": \"hi <|endoftext|>\"}\n";
+        let path = write(&dir, "train.jsonl", text);
         let (format, ex) = load_jsonl(&path, &tok, None).unwrap();
         assert_eq!(format, Format::Text);
         assert_eq!(words(&tok, &ex[0].tokens), "<s> hello world <|endoftext|>");
@@ -883,32 +878,26 @@ mod tests {
     #[test]
     fn completions_without_template_concatenate() {
         let (tok, dir) = (tokenizer(), temp_dir("completion"));
-        let path = write(
-            &dir,
-            "valid.jsonl",
-            &[r#"{"prompt": "what is", "completion": " two plus two"}"#],
-        );
-        let (format, ex) = load_jsonl(&path, &tok, None).unwrap();
+        let line = r#"{"prompt": "what is", "completion": " two plus two"}"#;
+        let (format, ex) = load_jsonl(&write(&dir, "valid.jsonl", line), &tok, None).unwrap();
         assert_eq!(format, Format::Completion);
+        let want = "<s> what is two plus two <|endoftext|>";
         assert_eq!(
-            words(&tok, &ex[0].tokens),
-            "<s> what is two plus two <|endoftext|>"
+            (words(&tok, &ex[0].tokens).as_str(), ex[0].prompt_len),
+            (want, 3)
         );
-        assert_eq!(ex[0].prompt_len, 3);
     }
 
     #[test]
     fn completions_with_template_count_prompt_and_generation_header() {
         let (tok, dir) = (tokenizer(), temp_dir("completion-template"));
-        let path = write(
-            &dir,
-            "train.jsonl",
-            &[r#"{"prompt": "what is two plus two", "completion": "four"}"#],
-        );
+        let line = r#"{"prompt": "what is two plus two", "completion": "four"}"#;
+        let path = write(&dir, "train.jsonl", line);
         let (format, ex) = load_jsonl(&path, &tok, Some(&chatml())).unwrap();
         assert_eq!(format, Format::Completion);
         // No BOS from the tokenizer and no EOS appended: the template's text is taken as is.
-        let want = "<|im_start|> user what is two plus two <|im_end|> <|im_start|> assistant four <|im_end|>";
+        let want = "<|im_start|> user what is two plus two <|im_end|> \
+                    <|im_start|> assistant four <|im_end|>";
         assert_eq!(words(&tok, &ex[0].tokens), want);
         assert_eq!(ex[0].prompt_len, 10);
     }
@@ -916,17 +905,13 @@ mod tests {
     #[test]
     fn chat_offsets_cover_all_messages_but_the_last() {
         let (tok, dir) = (tokenizer(), temp_dir("chat"));
-        let path = write(
-            &dir,
-            "train.jsonl",
-            &[
-                r#"{"messages": [{"role": "system", "content": "be helpful"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}"#,
-                r#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "thanks"}]}"#,
-            ],
-        );
+        let text = r#"{"messages": [{"role": "system", "content": "be helpful"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "thanks"}]}"#;
+        let path = write(&dir, "train.jsonl", text);
         let (format, ex) = load_jsonl(&path, &tok, Some(&chatml())).unwrap();
         assert_eq!(format, Format::Chat);
-        let want = "<|im_start|> system be helpful <|im_end|> <|im_start|> user hi <|im_end|> <|im_start|> assistant hello <|im_end|>";
+        let want = "<|im_start|> system be helpful <|im_end|> <|im_start|> user hi <|im_end|> \
+                    <|im_start|> assistant hello <|im_end|>";
         assert_eq!(words(&tok, &ex[0].tokens), want);
         // The first two messages plus the generation header `<|im_start|> assistant`.
         assert_eq!(ex[0].prompt_len, 11);
@@ -937,63 +922,53 @@ mod tests {
     #[test]
     fn template_string_methods_and_raise_exception() {
         let source = "{{ bos_token }}{%- for m in messages %}\
-            {%- if m.role not in ['user', 'assistant'] %}{{ raise_exception('bad role ' ~ m.role) }}{% endif %}\n\
-            [{{ m.role.upper() }}] {{ m.content.strip() }}{% if m.content.strip().startswith('hi') %} !{% endif %}\n\
+            {%- if m.role not in ['user', 'assistant'] %}\
+            {{ raise_exception('bad role ' ~ m.role) }}{% endif %}\n\
+            [{{ m.role.upper() }}] {{ m.content.strip() }}\
+            {% if m.content.strip().startswith('hi') %} !{% endif %}\n\
             {% endfor %} {{ messages[0].content.split()|length }}";
         let t = ChatTemplate::new(source, Some("<s>".into()), None).unwrap();
-        let text = t.render(&json!([{"role": "user", "content": "  hi there "}, {"role": "assistant", "content": "a b c"}]), None, false);
+        let messages = json!([{"role": "user", "content": "  hi there "},
+                              {"role": "assistant", "content": "a b c"}]);
         // trim_blocks: the newline right after a block tag goes, as in transformers.
-        assert_eq!(text.unwrap(), "<s>[USER] hi there ![ASSISTANT] a b c 2");
-        let err = t
-            .render(&json!([{"role": "tool", "content": "x"}]), None, false)
-            .unwrap_err();
-        assert!(err.to_string().contains("bad role tool"), "{err}");
+        let text = t.render(&messages, None, false).unwrap();
+        assert_eq!(text, "<s>[USER] hi there ![ASSISTANT] a b c 2");
+        let err = t.render(&json!([{"role": "tool", "content": "x"}]), None, false);
+        assert!(err.unwrap_err().to_string().contains("bad role tool"));
+        assert!(ChatTemplate::new("{% if %}", None, None).is_err());
         // Through a file: the failure names the file and the line.
         let (tok, dir) = (tokenizer(), temp_dir("raise"));
-        let path = write(
-            &dir,
-            "train.jsonl",
-            &[
-                r#"{"messages": [{"role": "assistant", "content": "hello"}]}"#,
-                r#"{"messages": [{"role": "system", "content": "hi"}, {"role": "user", "content": "hi"}]}"#,
-            ],
-        );
+        let text = r#"{"messages": [{"role": "assistant", "content": "hello"}]}
+{"messages": [{"role": "system", "content": "hi"}, {"role": "user", "content": "hi"}]}"#;
+        let path = write(&dir, "train.jsonl", text);
         let (line, message) = data_error(load_jsonl(&path, &tok, Some(&t)), &path);
         assert_eq!(line, Some(2));
         assert!(message.contains("bad role system"), "{message}");
         // A lone message: `messages[0]` of the empty head fails, and nothing is prompt.
-        let path = write(
-            &dir,
-            "valid.jsonl",
-            &[r#"{"messages": [{"role": "assistant", "content": "hello"}]}"#],
-        );
-        let ex = &load_jsonl(&path, &tok, Some(&t)).unwrap().1[0];
-        assert_eq!(
-            (words(&tok, &ex.tokens).as_str(), ex.prompt_len),
-            ("<s> [ <unk> ] hello <unk>", 0)
-        );
+        let text = r#"{"messages": [{"role": "assistant", "content": "hello"}]}"#;
+        let ex = &load_jsonl(&write(&dir, "valid.jsonl", text), &tok, Some(&t))
+            .unwrap()
+            .1[0];
+        let want = "<s> [ <unk> ] hello <unk>";
+        assert_eq!((words(&tok, &ex.tokens).as_str(), ex.prompt_len), (want, 0));
     }
 
     #[test]
     fn tojson_writes_like_python_json_dumps() {
-        let t = ChatTemplate::new(
-            "{{ tools | tojson }}|{{ {'a': [1, 2.0], 'b': 'é<'} | tojson(indent=2) }}",
-            None,
-            None,
-        )
-        .unwrap();
+        let source = "{{ tools | tojson }}|{{ {'a': [1, 2.0], 'b': 'é<'} | tojson(indent=2) }}";
+        let t = ChatTemplate::new(source, None, None).unwrap();
         // Keys stay in file order, as Python's json.loads keeps them.
-        let tools: Value = serde_json::from_str(
-            r#"[{"type": "function", "function": {"name": "f", "parameters": {}}}]"#,
-        )
-        .unwrap();
-        let text = t
-            .render_values(Value::from(Vec::<Value>::new()), Some(tools), false)
-            .unwrap();
-        let want =
-            "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}]|\
-                    {\n  \"a\": [\n    1,\n    2.0\n  ],\n  \"b\": \"é<\"\n}";
-        assert_eq!(text, want);
+        let tools = r#"[{"type": "function", "function": {"name": "f", "parameters": {}}}]"#;
+        let tools: Value = serde_json::from_str(tools).unwrap();
+        let text = t.render_values(Value::from(Vec::<Value>::new()), Some(tools), false);
+        let want = r#"[{"type": "function", "function": {"name": "f", "parameters": {}}}]|{
+  "a": [
+    1,
+    2.0
+  ],
+  "b": "é<"
+}"#;
+        assert_eq!(text.unwrap(), want);
     }
 
     #[test]
@@ -1002,33 +977,28 @@ mod tests {
         assert!(ChatTemplate::from_model_dir(&dir).unwrap().is_none());
         let config = json!({
             "bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "<|im_end|>",
-            "chat_template": [{"name": "tool_use", "template": "TOOLS"}, {"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}"}]
+            "chat_template": [{"name": "tool_use", "template": "TOOLS"},
+                {"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}"}]
         });
-        std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+        write(&dir, "tokenizer_config.json", &config.to_string());
         let t = ChatTemplate::from_model_dir(&dir).unwrap().unwrap();
+        let text = t.render(&json!([{"role": "user", "content": "hello"}]), None, false);
         assert_eq!(
-            t.render(&json!([{"role": "user", "content": "hello"}]), None, false)
-                .unwrap(),
-            "<s>hello"
+            (text.unwrap().as_str(), t.eos_token()),
+            ("<s>hello", Some("<|im_end|>"))
         );
-        assert_eq!(t.eos_token(), Some("<|im_end|>"));
+        let tok = tokenizer();
         assert_eq!(
-            (
-                eos_token_id(&tokenizer(), Some(&t)),
-                eos_token_id(&tokenizer(), None)
-            ),
+            (eos_token_id(&tok, Some(&t)), eos_token_id(&tok, None)),
             (Some(4), Some(2))
         );
         // chat_template.jinja wins over the config.
-        std::fs::write(dir.join("chat_template.jinja"), "J{{ eos_token }}").unwrap();
+        write(&dir, "chat_template.jinja", "J{{ eos_token }}");
         let t = ChatTemplate::from_model_dir(&dir).unwrap().unwrap();
         assert_eq!(t.render(&json!([]), None, false).unwrap(), "J<|im_end|>");
         std::fs::remove_file(dir.join("chat_template.jinja")).unwrap();
-        std::fs::write(
-            dir.join("tokenizer_config.json"),
-            r#"{"chat_template": [{"name": "x", "template": ""}]}"#,
-        )
-        .unwrap();
+        let config = r#"{"chat_template": [{"name": "x", "template": ""}]}"#;
+        write(&dir, "tokenizer_config.json", config);
         let err = ChatTemplate::from_model_dir(&dir).unwrap_err().to_string();
         assert!(
             err.contains("tokenizer_config.json") && err.contains("`default`"),
@@ -1039,34 +1009,31 @@ mod tests {
     #[test]
     fn bad_lines_name_file_line_and_keys() {
         let (tok, dir) = (tokenizer(), temp_dir("bad"));
-        let cases: [(&[&str], usize, &str); 8] = [
-            (&[r#"{"text": "hi"}"#, "", r#"{"prompt": "a", "completion": "b"}"#], 3, "expected key `text` (the format of line 1), found keys `completion`, `prompt`"),
-            (&[r#"{"prompt": "a", "completion": "b"}"#, r#"{"prompt": "a"}"#], 2, "expected keys `prompt` and `completion` (the format of line 1), found keys `prompt`"),
-            (&[r#"{"text": "hi"}"#, r#"{"text": "hi""#], 2, "not valid JSON"),
-            (&["", r#"{"text": 5}"#], 2, "key `text` must be a string, found a number"),
-            (&["[1, 2]"], 1, "expected a JSON object, found a list"),
-            (&[r#"{"input": "x"}"#], 1, "or key `messages`; found keys `input`"),
-            (&[r#"{"messages": [{"content": "x"}]}"#], 1, "`messages[0]` must be an object with a string `role`"),
-            (&[r#"{"messages": []}"#], 1, "key `messages` must be a non-empty list, found an empty list"),
+        let cases = [
+            ("{\"text\": \"hi\"}\n\n{\"prompt\": \"a\", \"completion\": \"b\"}", 3,
+             "expected key `text` (the format of line 1), found keys `completion`, `prompt`"),
+            ("{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}", 2,
+             "expected keys `prompt` and `completion` (the format of line 1), found keys `prompt`"),
+            ("{\"text\": \"hi\"}\n{\"text\": \"hi\"", 2, "not valid JSON"),
+            ("\n{\"text\": 5}", 2, "key `text` must be a string, found a number"),
+            ("[1, 2]", 1, "expected a JSON object, found a list"),
+            ("{\"input\": \"x\"}", 1, "or key `messages`; found keys `input`"),
+            ("{\"messages\": [{\"content\": \"x\"}]}", 1, "`messages[0]` must be an object with a string"),
+            ("{\"messages\": []}", 1, "must be a non-empty list, found an empty list"),
         ];
-        for (lines, want_line, want) in cases {
-            let path = write(&dir, "train.jsonl", lines);
+        for (text, want_line, want) in cases {
+            let path = write(&dir, "train.jsonl", text);
             let (line, message) = data_error(load_jsonl(&path, &tok, Some(&chatml())), &path);
             assert_eq!(line, Some(want_line), "{message}");
             assert!(message.contains(want), "`{message}` lacks `{want}`");
         }
-        let path = write(
-            &dir,
-            "train.jsonl",
-            &[r#"{"messages": [{"role": "user", "content": "hi"}]}"#],
-        );
+        let text = r#"{"messages": [{"role": "user", "content": "hi"}]}"#;
+        let path = write(&dir, "train.jsonl", text);
         let (_, message) = data_error(load_jsonl(&path, &tok, None), &path);
         assert!(message.contains("needs a chat template"), "{message}");
-        let path = write(&dir, "train.jsonl", &["", "  "]);
-        assert_eq!(
-            data_error(load_jsonl(&path, &tok, None), &path),
-            (None, "the file holds no examples".into())
-        );
+        let path = write(&dir, "train.jsonl", "\n  \n");
+        let want = (None, "the file holds no examples".to_string());
+        assert_eq!(data_error(load_jsonl(&path, &tok, None), &path), want);
     }
 
     #[test]
@@ -1075,26 +1042,20 @@ mod tests {
         write(
             &dir,
             "train.jsonl",
-            &[r#"{"text": "hello"}"#, r#"{"text": "world"}"#],
+            "{\"text\": \"hello\"}\n{\"text\": \"world\"}\n",
         );
         let (line, message) = data_error(load_dir(&dir, &tok, None), &dir);
         assert_eq!(line, None);
         assert!(
-            message.contains("no valid.jsonl")
-                && message.contains("must hold train.jsonl and valid.jsonl"),
-            "{message}"
+            message.contains("no valid.jsonl: a data folder must hold train.jsonl and valid.jsonl")
         );
-        write(&dir, "valid.jsonl", &[r#"{"text": "hi"}"#]);
+        write(&dir, "valid.jsonl", "{\"text\": \"hi\"}");
         let splits = load_dir(&dir, &tok, None).unwrap();
         assert_eq!(
-            (
-                splits.train.len(),
-                splits.valid.len(),
-                splits.test.is_none()
-            ),
-            (2, 1, true)
+            (splits.train.len(), splits.valid.len(), splits.test),
+            (2, 1, None)
         );
-        let test = write(&dir, "test.jsonl", &[]);
+        let test = write(&dir, "test.jsonl", "");
         assert_eq!(data_error(load_dir(&dir, &tok, None), &test).0, None);
     }
 
@@ -1108,10 +1069,7 @@ mod tests {
 
     #[test]
     fn batches_sort_pad_and_truncate() {
-        let ex: Vec<Example> = [70, 3, 40, 100, 5, 10, 200]
-            .into_iter()
-            .map(example)
-            .collect();
+        let ex: Vec<Example> = [70, 3, 40, 100, 5, 10, 200].map(example).to_vec();
         let batches = Batches::new(&ex, 2, 64, false, 0).unwrap();
         assert_eq!(
             (batches.len(), batches.dropped(), batches.truncated()),
@@ -1130,33 +1088,28 @@ mod tests {
                 (64, vec![64, 64], 2)
             ]
         );
+        assert_eq!(all[0].tokens.len(), 2 * 33);
         assert_eq!(
-            (
-                &all[0].tokens[..6],
-                &all[0].tokens[33..39],
-                all[0].tokens.len()
-            ),
-            (&[3, 3, 3, 0, 0, 0][..], &[5, 5, 5, 5, 5, 0][..], 66)
+            (&all[0].tokens[..4], &all[0].tokens[33..39]),
+            (&[3, 3, 3, 0][..], &[5, 5, 5, 5, 5, 0][..])
         );
-        assert_eq!(&all[2].tokens[..64], &[70; 64][..]);
-        assert_eq!(&all[2].tokens[64..], &[100; 64][..]);
+        assert_eq!(
+            (&all[2].tokens[..64], &all[2].tokens[64..]),
+            (&[70; 64][..], &[100; 64][..])
+        );
         // A length that is a multiple of 32 still gets its extra column.
-        assert_eq!(
-            Batches::new(&[example(32)], 1, 2048, false, 0)
-                .unwrap()
-                .all()[0]
-                .seq,
-            33
-        );
+        let batches = Batches::new(&[example(32)], 1, 2048, false, 0).unwrap();
+        assert_eq!(batches.all()[0].seq, 33);
     }
 
     #[test]
     fn targets_skip_the_first_token_and_masked_prompts() {
+        let long = Example {
+            tokens: vec![10, 11, 12, 13],
+            prompt_len: 2,
+        };
         let ex = [
-            Example {
-                tokens: vec![10, 11, 12, 13],
-                prompt_len: 2,
-            },
+            long,
             Example {
                 tokens: vec![20, 21],
                 prompt_len: 5,
@@ -1188,13 +1141,11 @@ mod tests {
             seen.sort();
             assert_eq!(seen, (1..=8).collect::<Vec<_>>());
         }
-        let sorted: Vec<usize> = Batches::new(&ex, 1, 64, false, 7)
-            .unwrap()
-            .all()
-            .iter()
-            .map(|b| b.lengths[0])
-            .collect();
-        assert_eq!(sorted, (1..=8).collect::<Vec<_>>());
+        let all = Batches::new(&ex, 1, 64, false, 7).unwrap().all();
+        assert_eq!(
+            all.iter().map(|b| b.lengths[0]).collect::<Vec<_>>(),
+            (1..=8).collect::<Vec<_>>()
+        );
     }
 
     #[test]

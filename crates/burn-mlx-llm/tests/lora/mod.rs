@@ -22,7 +22,7 @@ use burn_mlx_llm::model::{Llm, Logits, LINEAR_KEYS};
 use burn_mlx_llm::weights::{load_model, SafetensorsParams};
 use burn_optim::GradientsParams;
 use burn_tensor::backend::Backend;
-use burn_tensor::{DType, Tensor};
+use burn_tensor::{DType, ElementConversion, Tensor};
 use std::path::{Path, PathBuf};
 
 type Ad = Autodiff<Mlx>;
@@ -442,4 +442,70 @@ fn adapters_that_do_not_fit_are_clear_errors() {
         e.contains("self_attn.qkv") && e.contains("self_attn.q_proj"),
         "{e}"
     );
+}
+
+/// The loss and adapter gradients of `lora` on `model` for `batch`.
+fn loss_and_grads<B: burn_tensor::backend::AutodiffBackend>(
+    model: &mut Llm<B>,
+    lora: &Lora<B>,
+    batch: &Batch,
+) -> (f32, Vec<Vec<f32>>) {
+    lora.install(model, true).expect("install");
+    let t = BatchTensors::<B>::new(batch, model.device()).expect("batch");
+    let loss = model.loss(t.tokens, t.rows, t.targets).expect("loss");
+    let value: f32 = loss.clone().into_scalar().elem();
+    let grads = GradientsParams::from_grads(loss.backward(), &lora.adapters);
+    let all = lora
+        .adapters
+        .a
+        .iter()
+        .chain(&lora.adapters.b)
+        .map(|p| values(grads.get::<B::InnerBackend, 2>(p.id).expect("gradient")))
+        .collect();
+    (value, all)
+}
+
+#[test]
+fn qlora_keeps_the_base_quantized_and_matches_dequantized_weights() {
+    use burn_ndarray::{NdArray, NdArrayDevice};
+    let r = reference("qwen3");
+    // Both the CPU's two product paths: many rows (dequantized, BLAS) and few (MLX's quantized
+    // matmul), through the same autodiff node.
+    let short = Batch {
+        tokens: r.tokens[0][..6].to_vec(),
+        batch: 1,
+        seq: 6,
+        lengths: vec![6],
+        offsets: vec![0],
+        truncated: 0,
+    };
+    for (label, batch) in [("batch", batch(&r)), ("six rows", short)] {
+        for bits in [
+            burn_mlx::quant::QuantBits::Q8,
+            burn_mlx::quant::QuantBits::Q4,
+        ] {
+            let mut packed = load_model::<Ad>(&fixture("qwen3"), &MlxDevice::Cpu, DType::F32)
+                .expect("model")
+                .quantize(bits)
+                .expect("quantize");
+            assert!(
+                packed.quantization().mlx_packed,
+                "Autodiff<Mlx> keeps MLX's packed form"
+            );
+            type Nd = Autodiff<NdArray>;
+            let mut plain = load_model::<Nd>(&fixture("qwen3"), &NdArrayDevice::Cpu, DType::F32)
+                .expect("model")
+                .quantize(bits)
+                .expect("quantize");
+            let lora_p = fixture_adapters::<Ad>("qwen3", "initial", packed.config());
+            let lora_n = fixture_adapters::<Nd>("qwen3", "initial", plain.config());
+            let (lp, gp) = loss_and_grads(&mut packed, &lora_p, &batch);
+            let (ln, gn) = loss_and_grads(&mut plain, &lora_n, &batch);
+            assert!((lp - ln).abs() < TOL, "{label} {bits}: loss {lp} vs {ln}");
+            for (i, (a, b)) in gp.iter().zip(&gn).enumerate() {
+                let d = max_abs(a, b);
+                assert!(d < TOL, "{label} {bits}: gradient {i} differs by {d}");
+            }
+        }
+    }
 }
