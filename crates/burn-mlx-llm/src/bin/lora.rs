@@ -14,17 +14,29 @@
 //! `completion`, or `messages`). Adapters go to `--adapter-path` (default `adapters/`) in
 //! mlx-lm's layout, and to its `peft/` subfolder in PEFT's. Without `--data` nothing is
 //! trained: `--fuse` alone writes the model with the adapters of `--adapter-path` fused in.
+//!
+//! `--bench` times training steps on random weights of a preset shape and random tokens
+//! (no files needed) and prints one JSON line: target tokens/s and MLX's peak memory, the
+//! figures `scripts/lora_bench.py` prints for mlx-lm and PyTorch + PEFT on the same shape.
+//! ```text
+//! cargo run --release -p burn-mlx-llm --bin lora -- --bench --preset qwen3-0.6b --dtype bf16
+//! cargo run --release -p burn-mlx-llm --bin lora -- --bench --preset small --backend flex
+//! ```
 
 use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn_autodiff::Autodiff;
+use burn_flex::{Flex, FlexDevice};
 use burn_mlx::quant::QuantBits;
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_llm::config::{LlmConfig, PRESETS};
 use burn_mlx_llm::error::{LlmError, Result};
+use burn_mlx_llm::lora::data::Example;
 use burn_mlx_llm::lora::data::{load_dir, Batches, ChatTemplate};
 use burn_mlx_llm::lora::files::{self, SaveInfo};
 use burn_mlx_llm::lora::fuse::fuse;
 use burn_mlx_llm::lora::train::{evaluate, train, Event, OptimizerKind, Schedule, TrainConfig};
 use burn_mlx_llm::lora::{Lora, LoraConfig};
+use burn_mlx_llm::model::Llm;
 use burn_mlx_llm::tokenizer::load_tokenizer;
 use burn_mlx_llm::weights::load_model;
 use burn_tensor::backend::AutodiffBackend;
@@ -43,6 +55,15 @@ enum DeviceArg {
     Cpu,
     /// MLX's GPU backend (Metal, or CUDA with the `cuda` feature).
     Gpu,
+}
+
+/// The Burn backend (under Burn's autodiff).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// burn-mlx.
+    Mlx,
+    /// burn-flex (CPU; with --bench, the CPU peer).
+    Flex,
 }
 
 /// The base model's dtype.
@@ -88,8 +109,8 @@ enum OptimizerArg {
 #[command(name = "lora")]
 struct Args {
     /// Hugging Face model folder.
-    #[arg(long)]
-    model: PathBuf,
+    #[arg(long, required_unless_present = "bench")]
+    model: Option<PathBuf>,
     /// Data folder with train.jsonl and valid.jsonl (test.jsonl optional). Without it, no
     /// training (use with --fuse or --test).
     #[arg(long)]
@@ -186,16 +207,38 @@ struct Args {
     /// Write a Hugging Face folder with the adapters fused into the weights to DIR.
     #[arg(long, value_name = "DIR")]
     fuse: Option<PathBuf>,
+    /// Burn backend.
+    #[arg(long, value_enum, default_value = "mlx")]
+    backend: BackendArg,
+    /// Time training steps on random weights of --preset and random tokens; print one JSON line.
+    #[arg(long)]
+    bench: bool,
+    /// The --bench shape.
+    #[arg(long, default_value = "qwen3-0.6b", value_parser = clap::builder::PossibleValuesParser::new(PRESETS.iter().copied()))]
+    preset: String,
+    /// Tokens per sequence in --bench (every sequence this long, no padding).
+    #[arg(long, default_value_t = 512)]
+    seq_len: usize,
+    /// Untimed steps before the timed --iters in --bench.
+    #[arg(long, default_value_t = 3)]
+    warmup_steps: usize,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let result = match device(args.device) {
-        Ok(device) if args.grad_checkpoint => {
-            run::<Autodiff<Mlx, BalancedCheckpointing>>(&args, &device)
+    let result = match (args.backend, device(args.device)) {
+        (BackendArg::Flex, _) if args.device != DeviceArg::Auto => Err(LlmError::Input(
+            "--device chooses MLX's device; it applies to --backend mlx only".into(),
+        )),
+        (BackendArg::Flex, _) if args.grad_checkpoint => {
+            run::<Autodiff<Flex, BalancedCheckpointing>>(&args, &FlexDevice, "flex")
         }
-        Ok(device) => run::<Autodiff<Mlx>>(&args, &device),
-        Err(e) => Err(e),
+        (BackendArg::Flex, _) => run::<Autodiff<Flex>>(&args, &FlexDevice, "flex"),
+        (BackendArg::Mlx, Ok(device)) if args.grad_checkpoint => {
+            run::<Autodiff<Mlx, BalancedCheckpointing>>(&args, &device, "mlx")
+        }
+        (BackendArg::Mlx, Ok(device)) => run::<Autodiff<Mlx>>(&args, &device, "mlx"),
+        (BackendArg::Mlx, Err(e)) => Err(e),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -226,7 +269,15 @@ fn limit(n: i64) -> Option<usize> {
     (n >= 0).then_some(n as usize)
 }
 
-fn run<B: AutodiffBackend<Device = MlxDevice>>(args: &Args, device: &MlxDevice) -> Result<()> {
+fn run<B: AutodiffBackend>(args: &Args, device: &B::Device, backend: &str) -> Result<()> {
+    let config = train_config(args);
+    if args.bench {
+        return bench::<B>(args, &config, device, backend);
+    }
+    let model_dir = args
+        .model
+        .as_ref()
+        .expect("clap requires --model without --bench");
     let Some(data) = &args.data else {
         if args.fuse.is_none() {
             return Err(LlmError::Input(
@@ -237,55 +288,22 @@ fn run<B: AutodiffBackend<Device = MlxDevice>>(args: &Args, device: &MlxDevice) 
         }
         return fuse_into(args);
     };
-    let config = TrainConfig {
-        iters: args.iters,
-        batch_size: args.batch_size,
-        grad_accumulation: args.grad_accumulation_steps,
-        learning_rate: args.learning_rate,
-        schedule: match args.lr_schedule {
-            ScheduleArg::Constant => Schedule::Constant,
-            ScheduleArg::Cosine => Schedule::Cosine {
-                warmup: args.warmup,
-                end: args.min_lr,
-            },
-        },
-        optimizer: match args.optimizer {
-            OptimizerArg::Adam => OptimizerKind::Adam,
-            OptimizerArg::Adamw => OptimizerKind::AdamW {
-                weight_decay: args.weight_decay,
-            },
-        },
-        steps_per_report: args.steps_per_report,
-        steps_per_eval: args.steps_per_eval,
-        val_batches: limit(args.val_batches),
-        max_seq_length: args.max_seq_length,
-        mask_prompt: args.mask_prompt,
-        seed: args.seed,
-        ..TrainConfig::default()
-    };
     config.check()?;
     let start = Instant::now();
-    let dtype = match args.dtype {
-        DTypeArg::F32 => DType::F32,
-        DTypeArg::Bf16 => DType::BF16,
-        DTypeArg::F16 => DType::F16,
-    };
-    let mut model = load_model::<B>(&args.model, device, dtype)?;
+    let mut model = load_model::<B>(model_dir, device, dtype(args))?;
     if let Some(q) = args.quantize {
-        model = model.quantize(match q {
-            QuantizeArg::Q8 => QuantBits::Q8,
-            QuantizeArg::Q4 => QuantBits::Q4,
-        })?;
+        model = model.quantize(bits(q))?;
     }
-    let tokenizer = load_tokenizer(&args.model, true)?.expect("required");
-    let template = ChatTemplate::from_model_dir(&args.model)?;
+    let tokenizer = load_tokenizer(model_dir, true)?.expect("required");
+    let template = ChatTemplate::from_model_dir(model_dir)?;
     let splits = load_dir(data, &tokenizer, template.as_ref())?;
     eprintln!(
-        "loaded {} ({} layers, {:.1}M parameters, {dtype:?}{}) and {} ({} train, {} valid \
-         examples) in {:.1} s",
-        args.model.display(),
+        "loaded {} ({} layers, {:.1}M parameters, {:?}{}) on {backend} and {} ({} train, {} \
+         valid examples) in {:.1} s",
+        model_dir.display(),
         model.config().num_layers,
         model.config().num_params() as f64 / 1e6,
+        dtype(args),
         args.quantize
             .map(|q| format!(", base quantized to {q:?}"))
             .unwrap_or_default(),
@@ -297,17 +315,7 @@ fn run<B: AutodiffBackend<Device = MlxDevice>>(args: &Args, device: &MlxDevice) 
     B::seed(device, args.seed);
     let mut lora: Lora<B> = match &args.resume_adapter {
         Some(dir) => files::load(dir, model.config(), device, DType::F32)?,
-        None => Lora::init(
-            &model,
-            LoraConfig {
-                rank: args.rank,
-                scale: args.scale,
-                dropout: args.dropout,
-                num_layers: args.num_layers,
-                keys: args.keys.clone(),
-            },
-            DType::F32,
-        )?,
+        None => Lora::init(&model, lora_config(args), DType::F32)?,
     };
     let total = model.config().num_params() as f64;
     eprintln!(
@@ -332,7 +340,7 @@ fn run<B: AutodiffBackend<Device = MlxDevice>>(args: &Args, device: &MlxDevice) 
         config.seed,
     )?;
     let info = SaveInfo {
-        base_model: args.model.display().to_string(),
+        base_model: model_dir.display().to_string(),
         extra: serde_json::json!({
             "iters": args.iters,
             "batch_size": args.batch_size,
@@ -372,7 +380,7 @@ fn run<B: AutodiffBackend<Device = MlxDevice>>(args: &Args, device: &MlxDevice) 
     let adapter_path = args.adapter_path.clone();
     let iters = args.iters;
     let mut on_step = |step: usize, lora: &Lora<B>| -> Result<()> {
-        if (save_every > 0 && step % save_every == 0) || step == iters {
+        if (save_every > 0 && step.is_multiple_of(save_every)) || step == iters {
             files::save(lora, &adapter_path, &info)?;
             eprintln!(
                 "Iter {step}: Saved adapter weights to {}",
@@ -415,10 +423,44 @@ fn run<B: AutodiffBackend<Device = MlxDevice>>(args: &Args, device: &MlxDevice) 
     Ok(())
 }
 
+/// The training settings the flags give.
+fn train_config(args: &Args) -> TrainConfig {
+    TrainConfig {
+        iters: args.iters,
+        batch_size: args.batch_size,
+        grad_accumulation: args.grad_accumulation_steps,
+        learning_rate: args.learning_rate,
+        schedule: match args.lr_schedule {
+            ScheduleArg::Constant => Schedule::Constant,
+            ScheduleArg::Cosine => Schedule::Cosine {
+                warmup: args.warmup,
+                end: args.min_lr,
+            },
+        },
+        optimizer: match args.optimizer {
+            OptimizerArg::Adam => OptimizerKind::Adam,
+            OptimizerArg::Adamw => OptimizerKind::AdamW {
+                weight_decay: args.weight_decay,
+            },
+        },
+        steps_per_report: args.steps_per_report,
+        steps_per_eval: args.steps_per_eval,
+        val_batches: limit(args.val_batches),
+        max_seq_length: args.max_seq_length,
+        mask_prompt: args.mask_prompt,
+        seed: args.seed,
+        ..TrainConfig::default()
+    }
+}
+
 /// `--fuse`: writes the model with the adapters of `--adapter-path` fused in.
 fn fuse_into(args: &Args) -> Result<()> {
     let out = args.fuse.as_ref().expect("called with --fuse");
-    let report = fuse::<Mlx>(&args.model, &args.adapter_path, out, &MlxDevice::Cpu)?;
+    let model = args
+        .model
+        .as_ref()
+        .expect("clap requires --model without --bench");
+    let report = fuse::<Mlx>(model, &args.adapter_path, out, &MlxDevice::Cpu)?;
     eprintln!(
         "fused {} adapted matrices into {} ({} tensors; copied {})",
         report.fused,
@@ -426,5 +468,113 @@ fn fuse_into(args: &Args) -> Result<()> {
         report.tensors,
         report.copied.join(", ")
     );
+    Ok(())
+}
+
+fn dtype(args: &Args) -> DType {
+    match args.dtype {
+        DTypeArg::F32 => DType::F32,
+        DTypeArg::Bf16 => DType::BF16,
+        DTypeArg::F16 => DType::F16,
+    }
+}
+
+fn bits(q: QuantizeArg) -> QuantBits {
+    match q {
+        QuantizeArg::Q8 => QuantBits::Q8,
+        QuantizeArg::Q4 => QuantBits::Q4,
+    }
+}
+
+fn lora_config(args: &Args) -> LoraConfig {
+    LoraConfig {
+        rank: args.rank,
+        scale: args.scale,
+        dropout: args.dropout,
+        num_layers: args.num_layers,
+        keys: args.keys.clone(),
+    }
+}
+
+/// `--bench`: `--warmup-steps` untimed steps, then `--iters` timed ones, on a random model of
+/// `--preset` and `--batch-size` random sequences of `--seq-len` tokens (no padding, every
+/// next token a target); prints one JSON line.
+fn bench<B: AutodiffBackend>(
+    args: &Args,
+    config: &TrainConfig,
+    device: &B::Device,
+    backend: &str,
+) -> Result<()> {
+    let shape = LlmConfig::preset(&args.preset)?;
+    B::seed(device, args.seed);
+    let mut model = Llm::<B>::random(shape.clone(), device, dtype(args))?;
+    if let Some(q) = args.quantize {
+        model = model.quantize(bits(q))?;
+    }
+    let mut lora = Lora::init(&model, lora_config(args), DType::F32)?;
+    let mut state = args.seed | 1;
+    let mut next = || {
+        // xorshift64: a fixed, dependency-free stream of token ids.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % shape.vocab_size as u64) as u32
+    };
+    let examples: Vec<Example> = (0..config.batch_size)
+        .map(|_| Example {
+            tokens: (0..args.seq_len).map(|_| next()).collect(),
+            prompt_len: 0,
+        })
+        .collect();
+    let make = || Batches::new(&examples, config.batch_size, args.seq_len, false, args.seed);
+    let mut run = |iters: usize| -> Result<Option<Event>> {
+        let config = TrainConfig {
+            iters,
+            steps_per_report: iters,
+            steps_per_eval: 0,
+            max_seq_length: args.seq_len,
+            ..config.clone()
+        };
+        let mut last = None;
+        train(
+            &mut model,
+            &mut lora,
+            &mut make()?,
+            &make()?,
+            &config,
+            &mut |e| last = Some(e.clone()),
+            &mut |_, _| Ok(()),
+        )?;
+        Ok(last)
+    };
+    if args.warmup_steps > 0 {
+        run(args.warmup_steps)?;
+    }
+    let Some(Event::Train {
+        tokens_per_sec,
+        steps_per_sec,
+        trained_tokens,
+        peak_memory,
+        ..
+    }) = run(config.iters)?
+    else {
+        return Err(LlmError::Input("--bench: no step was timed".into()));
+    };
+    let json = serde_json::json!({
+        "framework": format!("burn-{backend}"),
+        "preset": args.preset,
+        "dtype": format!("{:?}", dtype(args)).to_lowercase(),
+        "quantize": args.quantize.map(|q| format!("{q:?}").to_lowercase()),
+        "device": format!("{device:?}").to_lowercase(),
+        "batch_size": config.batch_size,
+        "seq_len": args.seq_len,
+        "targets_per_step": trained_tokens / config.iters,
+        "steps": config.iters,
+        "seconds": config.iters as f64 / steps_per_sec,
+        "tokens_per_sec": tokens_per_sec,
+        "peak_memory_bytes": peak_memory,
+        "adapted_layers": lora.targets.len(),
+    });
+    println!("{json}");
     Ok(())
 }
