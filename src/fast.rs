@@ -255,6 +255,32 @@ impl<B: Backend> RotaryEmbedding<B> {
             }
             Err(x) => x,
         };
+        // `Autodiff<Mlx>` where fused ops run: MLX's kernel forward, its VJP backward.
+        if crate::nn::custom::fuses::<B>(&x.device()) {
+            let op = std::sync::Arc::new(RopeOp {
+                dims: d as i32,
+                offset: offset as i32,
+                periods: crate::nn::custom::mlx_array::<B>(
+                    self.periods.clone().into_primitive().tensor(),
+                )
+                .expect("B is built on MLX")
+                .array()
+                .clone(),
+            });
+            match crate::nn::custom::apply::<B>(op, vec![x.into_primitive().tensor()]) {
+                Ok(out) => return Tensor::from_primitive(burn_tensor::TensorPrimitive::Float(out)),
+                Err(mut inputs) => {
+                    let x = Tensor::from_primitive(burn_tensor::TensorPrimitive::Float(
+                        inputs.pop().expect("one input"),
+                    ));
+                    let positions = Tensor::<B, 1, Int>::arange(
+                        offset as i64..(offset + seq) as i64,
+                        &x.device(),
+                    );
+                    return self.rotate_composed(x, positions);
+                }
+            }
+        }
         let positions =
             Tensor::<B, 1, Int>::arange(offset as i64..(offset + seq) as i64, &x.device());
         self.rotate_composed(x, positions)
@@ -338,6 +364,44 @@ impl<B: Backend> RotaryEmbedding<B> {
             3,
         );
         x * cos + swapped * sin
+    }
+}
+
+/// [`RotaryEmbedding::apply`] as one differentiable op on `Autodiff<Mlx>`: MLX's `rope`
+/// kernel forward and its vector-Jacobian product (the inverse rotation) backward, instead of
+/// the dozen composed ops and their backward.
+#[derive(Debug)]
+struct RopeOp {
+    dims: i32,
+    offset: i32,
+    /// `1/f`, `[d/2]`, f32.
+    periods: mlx_rs::Array,
+}
+
+// SAFETY: an MLX array is a reference-counted handle to immutable data, only read here (as the
+// other fused ops do with their side inputs).
+unsafe impl Send for RopeOp {}
+unsafe impl Sync for RopeOp {}
+
+impl crate::nn::custom::FusedOp for RopeOp {
+    fn name(&self) -> &'static str {
+        "rope"
+    }
+
+    fn key(&self) -> String {
+        format!("rope dims={} offset={}", self.dims, self.offset)
+    }
+
+    fn side_inputs(&self) -> Vec<mlx_rs::Array> {
+        vec![self.periods.clone()]
+    }
+
+    fn forward(
+        &self,
+        xs: &[mlx_rs::Array],
+        side: &[mlx_rs::Array],
+    ) -> Result<mlx_rs::Array, mlx_rs::error::Exception> {
+        fast::rope(&xs[0], self.dims, false, None, 1.0, self.offset, &side[0])
     }
 }
 

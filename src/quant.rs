@@ -450,6 +450,18 @@ impl<B: Backend> QuantizedMatrix<B> {
         self.dims
     }
 
+    /// MLX's packed words, scales and biases, when the matrix holds them.
+    pub(crate) fn packed_arrays(&self) -> Option<[Array; 3]> {
+        match &self.repr {
+            Repr::Mlx(p) => Some([
+                p.words.array.clone(),
+                p.scales.array.clone(),
+                p.biases.array.clone(),
+            ]),
+            Repr::Dequantized(_) => None,
+        }
+    }
+
     /// Bits per value.
     pub fn bits(&self) -> QuantBits {
         self.bits

@@ -330,3 +330,123 @@ impl FusedOp for CrossEntropyOp {
         lse.subtract(&picked)?.mean(false)?.reshape(&[1])
     }
 }
+
+/// The frozen weight of a [`lora_linear`] product.
+#[derive(Debug, Clone, Copy)]
+pub enum FrozenWeight<'a, B: Backend> {
+    /// `Wᵀ`, `[in, out]` (a transposed view of the stored `[out, in]` weight).
+    Dense(&'a Tensor<B, 2>),
+    /// `W`, quantized ([`crate::quant::QuantizedMatrix`]).
+    Quantized(&'a crate::quant::QuantizedMatrix<B>),
+}
+
+/// A linear layer with a low-rank (LoRA) update, `x·Wᵀ + scale · ((x·A)·B)`, for `x`
+/// `[rows, in]`, `A` `[in, rank]`, `B` `[rank, out]`. The update is computed in `A`'s dtype and
+/// added in `x`'s, as mlx-lm's `LoRALinear` does.
+///
+/// On `Autodiff<Mlx>` (where fused ops run) this is one autodiff node: the MLX ops of the whole
+/// layer forward (`W` a constant, dense or MLX's packed quantized form) and one compiled
+/// vector-Jacobian product backward, giving the gradients of `x`, `A` and `B`, instead of about
+/// seven recorded ops and their backward. Elsewhere it is composed from Burn's ops.
+///
+/// # Errors
+///
+/// When a quantized product fails (the message names the shapes).
+pub fn lora_linear<B: Backend>(
+    x: Tensor<B, 2>,
+    weight: FrozenWeight<'_, B>,
+    a: Tensor<B, 2>,
+    b: Tensor<B, 2>,
+    scale: f64,
+) -> Result<Tensor<B, 2>, crate::MlxError> {
+    if custom::fuses::<B>(&x.device()) && custom::is_mlx::<B>() {
+        let side = match weight {
+            FrozenWeight::Dense(w_t) => {
+                custom::mlx_array::<B>(prim(w_t.clone())).map(|t| (vec![t.array().clone()], None))
+            }
+            FrozenWeight::Quantized(q) => q.packed_arrays().map(|p| {
+                (
+                    p.to_vec(),
+                    Some((q.group_size() as i32, q.bits().bits() as i32)),
+                )
+            }),
+        };
+        if let Some((side, quantized)) = side {
+            let op = Arc::new(LoraLinearOp {
+                side,
+                quantized,
+                scale: scale as f32,
+            });
+            match custom::apply::<B>(op, vec![prim(x), prim(a), prim(b)]) {
+                Ok(out) => return Ok(wrap(out)),
+                Err(_) => unreachable!("fuses() said the op runs on this device"),
+            }
+        }
+    }
+    let y = match weight {
+        FrozenWeight::Dense(w_t) => x.clone().matmul(w_t.clone()),
+        FrozenWeight::Quantized(q) => q.matmul_t(x.clone())?,
+    };
+    let (dtype, own) = (x.dtype(), a.dtype());
+    let x = if dtype == own { x } else { x.cast(own) };
+    let z = x.matmul(a).matmul(b) * scale;
+    Ok(y + if dtype == own { z } else { z.cast(dtype) })
+}
+
+#[derive(Debug)]
+struct LoraLinearOp {
+    /// `Wᵀ` `[in, out]`, or MLX's packed words, scales and biases of `W`.
+    side: Vec<Array>,
+    /// Group size and bits when `W` is quantized.
+    quantized: Option<(i32, i32)>,
+    scale: f32,
+}
+
+// SAFETY: MLX arrays are reference-counted handles to immutable data, only read here (as every
+// fused op does with its side inputs).
+unsafe impl Send for LoraLinearOp {}
+unsafe impl Sync for LoraLinearOp {}
+
+impl FusedOp for LoraLinearOp {
+    fn name(&self) -> &'static str {
+        "lora_linear"
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "lora_linear scale={} quantized={:?}",
+            self.scale, self.quantized
+        )
+    }
+
+    fn side_inputs(&self) -> Vec<Array> {
+        self.side.clone()
+    }
+
+    fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
+        let (x, a, b) = (&xs[0], &xs[1], &xs[2]);
+        let base = match self.quantized {
+            None => x.matmul(&side[0])?,
+            Some((group_size, bits)) => {
+                let compute = side[1].dtype();
+                ops::quantized_matmul(
+                    x.as_dtype(compute)?,
+                    &side[0],
+                    &side[1],
+                    &side[2],
+                    true,
+                    group_size,
+                    bits,
+                )?
+                .as_dtype(x.dtype())?
+            }
+        };
+        let update = x
+            .as_dtype(a.dtype())?
+            .matmul(a)?
+            .matmul(b)?
+            .multiply(Array::from_f32(self.scale))?
+            .as_dtype(x.dtype())?;
+        base.add(&update)
+    }
+}

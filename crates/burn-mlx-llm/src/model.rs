@@ -226,6 +226,19 @@ impl<B: Backend> Linear<B> {
     /// model keeps its hidden states 2-D (batch 1) so that no reshape surrounds it (on a GPU every
     /// op of a decode step is host work, and the reshapes were a quarter of them).
     pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
+        // Without dropout the layer and its update are one op ([`functional::lora_linear`]:
+        // one autodiff node on `Autodiff<Mlx>`).
+        if let Some(lora) = self.lora.as_ref().filter(|l| l.dropout == 0.0) {
+            let weight = match &self.weight {
+                Weight::Dense(w_t) => functional::FrozenWeight::Dense(w_t),
+                Weight::Quantized(q) => functional::FrozenWeight::Quantized(q),
+            };
+            let y = functional::lora_linear(x, weight, lora.a.clone(), lora.b.clone(), lora.scale)?;
+            return Ok(match &self.bias {
+                Some(bias) => y + bias.clone().unsqueeze::<2>(),
+                None => y,
+            });
+        }
         let update = self.lora.as_ref().map(|lora| lora.apply(x.clone()));
         let y = self.weight.matmul_t(x)?;
         let y = match &self.bias {

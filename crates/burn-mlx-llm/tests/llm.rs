@@ -1484,3 +1484,224 @@ fn gemma3_gguf_loads_and_runs_alike_on_mlx_and_ndarray() {
         .to_string();
     assert_mentions(&err, &["cut.gguf"]);
 }
+
+/// A tiny Gemma 3 `config.json` as transformers 5 writes it: 4 layers (the third global, the
+/// others sliding over 16 positions), heads of 32, RoPE bases 1e6 (global, rescaled linearly by
+/// 8) and 1e4 (sliding), tied embeddings, no soft-capping.
+fn tiny_gemma3_config() -> serde_json::Value {
+    serde_json::json!({
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "vocab_size": 64,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "query_pre_attn_scalar": 32,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 128,
+        "sliding_window": 16,
+        "layer_types": [
+            "sliding_attention", "sliding_attention", "full_attention", "sliding_attention"
+        ],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}
+        },
+        "final_logit_softcapping": null,
+        "attn_logit_softcapping": null,
+        "tie_word_embeddings": true,
+        "eos_token_id": [1, 106]
+    })
+}
+
+/// Writes `json` as `config.json` of a fresh scratch folder and reads it with
+/// `LlmConfig::from_dir`.
+fn gemma3_config_from_dir(json: &serde_json::Value) -> burn_mlx_llm::error::Result<LlmConfig> {
+    let dir = scratch("gemma3-config");
+    std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
+    let config = LlmConfig::from_dir(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    config
+}
+
+/// A Gemma 3 Hugging Face `config.json` maps onto the decoder's config: the sliding layers and
+/// window, the global base with its rescaling and the sliding layers' base, in transformers 5's
+/// form (`layer_types`, `rope_parameters` per layer type) and transformers 4's
+/// (`sliding_window_pattern`, `rope_theta`, `rope_local_base_freq`, `rope_scaling`) alike; and
+/// what the decoder does not implement (logit soft-capping, an attention scale other than
+/// `1/sqrt(head_dim)`, RoPE scaling of an unknown kind) is an error naming the field.
+#[test]
+fn gemma3_hf_config_maps_fields_and_refuses_softcapping() {
+    use burn_mlx_llm::config::{Architecture, RopeScaling, SlidingWindow};
+    let v5 = gemma3_config_from_dir(&tiny_gemma3_config()).unwrap();
+    assert_eq!(v5.architecture, Architecture::Gemma3);
+    assert_eq!(
+        (
+            v5.hidden_size,
+            v5.num_layers,
+            v5.num_heads,
+            v5.num_kv_heads,
+            v5.head_dim
+        ),
+        (64, 4, 2, 1, 32)
+    );
+    assert_eq!(
+        v5.sliding,
+        Some(SlidingWindow {
+            window: 16,
+            layers: vec![true, true, false, true],
+            rope_theta: 10_000.0,
+        })
+    );
+    assert_eq!(v5.rope_theta, 1_000_000.0);
+    assert_eq!(v5.rope_scaling, RopeScaling::Linear { factor: 8.0 });
+    assert!(v5.tie_word_embeddings);
+    assert_eq!(v5.eos_token_ids, vec![1, 106]);
+    assert_eq!(v5.max_position_embeddings, 128);
+
+    // transformers 4's flat fields (every third layer global), named by `model_type` only.
+    let mut v4 = tiny_gemma3_config();
+    let root = v4.as_object_mut().unwrap();
+    for key in ["architectures", "layer_types", "rope_parameters"] {
+        root.remove(key);
+    }
+    root.insert("sliding_window_pattern".into(), 3.into());
+    root.insert("rope_theta".into(), 1_000_000.0.into());
+    root.insert("rope_local_base_freq".into(), 10_000.0.into());
+    root.insert(
+        "rope_scaling".into(),
+        serde_json::json!({"rope_type": "linear", "factor": 8.0}),
+    );
+    assert_eq!(gemma3_config_from_dir(&v4).unwrap(), v5);
+
+    let refused = |edit: &dyn Fn(&mut serde_json::Value), parts: &[&str]| {
+        let mut json = tiny_gemma3_config();
+        edit(&mut json);
+        let err = gemma3_config_from_dir(&json).unwrap_err();
+        assert!(matches!(err, LlmError::Config { .. }), "{err}");
+        assert_mentions(&err.to_string(), &[&["config.json"], parts].concat());
+    };
+    refused(
+        &|j| j["final_logit_softcapping"] = 30.0.into(),
+        &["`final_logit_softcapping` = 30.0", "soft-cap"],
+    );
+    refused(
+        &|j| j["attn_logit_softcapping"] = 50.0.into(),
+        &["`attn_logit_softcapping` = 50.0", "soft-cap"],
+    );
+    refused(
+        &|j| j["query_pre_attn_scalar"] = 64.into(),
+        &["query_pre_attn_scalar", "head_dim"],
+    );
+    refused(
+        &|j| j["rope_parameters"]["full_attention"]["rope_type"] = "yarn".into(),
+        &["yarn", "linear"],
+    );
+    refused(
+        &|j| j["hidden_activation"] = "silu".into(),
+        &["hidden_activation", "gelu_pytorch_tanh"],
+    );
+}
+
+/// Gemma 3 from a Hugging Face folder runs as from GGUF: the tiny random GGUF model of
+/// `write_tiny_gemma3`, rewritten as a safetensors folder under Hugging Face's names with its
+/// norm weights stored as transformers does (`w`, where llama.cpp stores `1 + w`), gives the same
+/// logits (within 1e-5) as the GGUF file, so `load_model` adds the 1 back to every norm.
+#[test]
+fn gemma3_hf_folder_loads_like_gguf() {
+    use candle_core::quantized::gguf_file::Content;
+    let gguf = write_tiny_gemma3("gemma3-hf-source", "gemma3", None);
+    let mut file = std::fs::File::open(&gguf).unwrap();
+    let content = Content::read(&mut file).unwrap();
+    let cpu = candle_core::Device::Cpu;
+    let hf_leaf = |leaf: &str| match leaf {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "post_attention_norm.weight" => "post_attention_layernorm.weight",
+        "ffn_norm.weight" => "pre_feedforward_layernorm.weight",
+        "post_ffw_norm.weight" => "post_feedforward_layernorm.weight",
+        "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_k_norm.weight" => "self_attn.k_norm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        other => panic!("unexpected GGUF tensor {other}"),
+    };
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = vec![];
+    let names: Vec<String> = content.tensor_infos.keys().cloned().collect();
+    for name in names {
+        let t = content.tensor(&mut file, &name, &cpu).unwrap();
+        let shape = t.shape().dims().to_vec();
+        let mut values = t
+            .dequantize(&cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let hf = match name.as_str() {
+            "token_embd.weight" => "model.embed_tokens.weight".to_string(),
+            "output_norm.weight" => "model.norm.weight".to_string(),
+            _ => {
+                let rest = name.strip_prefix("blk.").unwrap();
+                let (layer, leaf) = rest.split_once('.').unwrap();
+                format!("model.layers.{layer}.{}", hf_leaf(leaf))
+            }
+        };
+        if hf.ends_with("norm.weight") {
+            values.iter_mut().for_each(|v| *v -= 1.0);
+        }
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        tensors.push((hf, shape, bytes));
+    }
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    let dir = scratch("gemma3-hf-folder");
+    std::fs::write(
+        dir.join("model.safetensors"),
+        safetensors::serialize(views, None).unwrap(),
+    )
+    .unwrap();
+    // The GGUF file's shape; both of its 2 layers slide (every sixth layer is global).
+    let config = serde_json::json!({
+        "architectures": ["Gemma3ForCausalLM"],
+        "vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        // 1e-6 as the GGUF file's f32 holds it.
+        "head_dim": 32, "query_pre_attn_scalar": 32, "rms_norm_eps": 9.999999974752427e-7,
+        "max_position_embeddings": 128, "sliding_window": 16,
+        "layer_types": ["sliding_attention", "sliding_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}
+        },
+        "eos_token_id": 1
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+
+    let from_gguf = load_gguf::<NdArray>(&gguf, &NdArrayDevice::Cpu, DType::F32).unwrap();
+    let from_hf = load_model::<NdArray>(&dir, &NdArrayDevice::Cpu, DType::F32).unwrap();
+    assert_eq!(from_hf.config(), from_gguf.config());
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 2) % 64).collect();
+    let mut cache = from_gguf.new_cache(prompt.len());
+    let want = rows(from_gguf.forward(&prompt, &mut cache, Logits::All).unwrap());
+    let mut cache = from_hf.new_cache(prompt.len());
+    let got = rows(from_hf.forward(&prompt, &mut cache, Logits::All).unwrap());
+    let diff = max_diff("gemma3 hf vs gguf", &got, &want);
+    assert!(diff <= 1e-5, "gemma3: HF folder and GGUF differ by {diff}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

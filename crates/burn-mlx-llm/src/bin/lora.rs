@@ -512,6 +512,9 @@ fn bench<B: AutodiffBackend>(
         model = model.quantize(bits(q))?;
     }
     let mut lora = Lora::init(&model, lora_config(args), DType::F32)?;
+    // The peak from here on, as the peers reset theirs once the model is built: the model's
+    // weights (alive throughout) and the training steps' transients.
+    burn_mlx::reset_peak_memory();
     let mut state = args.seed | 1;
     let mut next = || {
         // xorshift64: a fixed, dependency-free stream of token ids.

@@ -509,3 +509,15 @@ fn qlora_keeps_the_base_quantized_and_matches_dequantized_weights() {
         }
     }
 }
+
+/// The fused path the GPU takes (`lora_linear`, RoPE, norms and attention as single autodiff
+/// nodes with MLX's compiled VJPs), forced on MLX's CPU device: the same checks against PEFT.
+/// Fusion stays on for the rest of the process; every other test passes either way.
+#[test]
+fn fused_path_matches_peft() {
+    burn_mlx::nn::fuse_on_cpu(true);
+    one_step_matches_peft("qwen3");
+    one_step_matches_peft("llama");
+    adam_tracks_peft("qwen3");
+    qlora_keeps_the_base_quantized_and_matches_dequantized_weights();
+}
