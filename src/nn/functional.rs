@@ -292,7 +292,10 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
     );
     if custom::fuses::<B>(&logits.device()) {
         let ids = side_input(targets.clone()).expect("B is built on MLX");
-        let op = Arc::new(CrossEntropyOp { targets: ids });
+        let op = Arc::new(CrossEntropyOp {
+            targets: ids,
+            in_f32: false,
+        });
         if let Ok(out) = custom::apply::<B>(op, vec![prim(logits.clone())]) {
             return wrap(out);
         }
@@ -303,9 +306,47 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
         .neg()
 }
 
+/// [`cross_entropy`] computed in f32 whatever the logits' dtype, with an f32 result: the
+/// language-model loss over half-precision logits. On MLX the logits are converted inside the
+/// op, forward and backward, so no f32 copy of them is kept between the two passes (for a
+/// 151,936-token vocabulary and 2,048 positions, 1.2 GB); the gradient has the logits' dtype.
+///
+/// # Panics
+///
+/// When `targets` is not as long as `logits`' batch.
+pub fn cross_entropy_f32<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    if logits.dtype() == DType::F32 {
+        return cross_entropy(logits, targets);
+    }
+    let [n, _] = logits.dims();
+    let [t] = targets.dims();
+    assert_eq!(
+        n,
+        t,
+        "cross_entropy_f32: {t} targets for logits of shape {:?} (one class index per row)",
+        logits.dims()
+    );
+    if custom::fuses::<B>(&logits.device()) {
+        let ids = side_input(targets.clone()).expect("B is built on MLX");
+        let op = Arc::new(CrossEntropyOp {
+            targets: ids,
+            in_f32: true,
+        });
+        if let Ok(out) = custom::apply::<B>(op, vec![prim(logits.clone())]) {
+            return wrap(out);
+        }
+    }
+    cross_entropy(logits.cast(DType::F32), targets)
+}
+
 #[derive(Debug)]
 struct CrossEntropyOp {
     targets: MlxTensor,
+    /// Convert the logits to f32 first.
+    in_f32: bool,
 }
 
 impl FusedOp for CrossEntropyOp {
@@ -314,7 +355,7 @@ impl FusedOp for CrossEntropyOp {
     }
 
     fn key(&self) -> String {
-        "cross_entropy".into()
+        format!("cross_entropy in_f32={}", self.in_f32)
     }
 
     fn side_inputs(&self) -> Vec<Array> {
@@ -322,7 +363,13 @@ impl FusedOp for CrossEntropyOp {
     }
 
     fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
-        let logits = &xs[0];
+        let converted;
+        let logits = if self.in_f32 {
+            converted = xs[0].as_dtype(mlx_rs::Dtype::Float32)?;
+            &converted
+        } else {
+            &xs[0]
+        };
         let ids = side[0].as_dtype(mlx_rs::Dtype::Int32)?;
         let n = ids.shape()[0];
         let picked = logits.take_along_axis(&ids.reshape(&[n, 1])?, 1)?;

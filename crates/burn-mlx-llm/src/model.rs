@@ -1051,18 +1051,14 @@ impl<B: Backend> Llm<B> {
         Ok(self.norm.forward_train(x))
     }
 
-    /// Logits (in f32) of the rows `rows` of [`hidden_batch`](Self::hidden_batch)'s output.
+    /// Logits (in the model's dtype) of the rows `rows` of
+    /// [`hidden_batch`](Self::hidden_batch)'s output.
     pub fn logits_of_rows(
         &self,
         hidden: Tensor<B, 2>,
         rows: Tensor<B, 1, Int>,
     ) -> Result<Tensor<B, 2>> {
-        let logits = self.lm_head.matmul_t(hidden.select(0, rows))?;
-        Ok(if logits.dtype() == DType::F32 {
-            logits
-        } else {
-            logits.cast(DType::F32)
-        })
+        self.lm_head.matmul_t(hidden.select(0, rows))
     }
 
     /// The mean cross-entropy of predicting `targets` from the logits of flat positions
@@ -1075,7 +1071,7 @@ impl<B: Backend> Llm<B> {
         targets: Tensor<B, 1, Int>,
     ) -> Result<Tensor<B, 1>> {
         let logits = self.logits_of_rows(self.hidden_batch(tokens)?, rows)?;
-        Ok(functional::cross_entropy(logits, targets))
+        Ok(functional::cross_entropy_f32(logits, targets))
     }
 
     /// Embeds `ids` (`[1, seq]`), runs every layer with its cache, and projects to logits.
