@@ -2,8 +2,12 @@
 //! `model.safetensors.index.json`, read with the `safetensors` crate. Every tensor is checked
 //! (present, F32/BF16/F16, the shape the config implies) before it becomes a Burn tensor, and a
 //! failure is an [`LlmError`] naming the file, the tensor and the shapes.
+//!
+//! Gemma 3's RMSNorms multiply by `1 + w`, and its Hugging Face checkpoints store `w`; the decoder
+//! multiplies by the stored vector (llama.cpp's GGUF files already hold `1 + w`), so
+//! [`load_model`] reads a Gemma 3 folder through [`GemmaNorms`], which adds the 1.
 
-use super::config::LlmConfig;
+use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::model::{Llm, ParamSource};
 use burn_tensor::backend::Backend;
@@ -166,6 +170,12 @@ impl<B: Backend> SafetensorsParams<B> {
 
     /// The tensor `name`, checked against `expected` and converted to a Burn tensor.
     pub fn tensor<const D: usize>(&self, name: &str, expected: [usize; D]) -> Result<Tensor<B, D>> {
+        let data = self.data(name, &expected)?;
+        Ok(Tensor::from_data(data, (&self.device, self.dtype)))
+    }
+
+    /// The values of tensor `name` in its stored dtype, checked against `expected`.
+    fn data(&self, name: &str, expected: &[usize]) -> Result<TensorData> {
         let missing = || LlmError::MissingTensor {
             path: self.source.clone(),
             tensor: name.to_string(),
@@ -190,7 +200,8 @@ impl<B: Backend> SafetensorsParams<B> {
                 size: file.bytes.len() as u64,
                 reason: format!("tensor `{name}`'s data lies outside the file"),
             })?;
-        let data = match info.dtype {
+        let expected = expected.to_vec();
+        Ok(match info.dtype {
             Dtype::F32 => TensorData::new(decode(bytes, f32::from_le_bytes), expected),
             Dtype::BF16 => TensorData::new(
                 decode(bytes, |b: [u8; 2]| bf16::from_bits(u16::from_le_bytes(b))),
@@ -207,8 +218,7 @@ impl<B: Backend> SafetensorsParams<B> {
                     dtype: format!("{other:?}"),
                 })
             }
-        };
-        Ok(Tensor::from_data(data, (&self.device, self.dtype)))
+        })
     }
 }
 
@@ -263,9 +273,46 @@ impl<B: Backend> ParamSource<B> for SafetensorsParams<B> {
     }
 }
 
-/// Loads a Hugging Face checkpoint folder (`config.json` and safetensors weights) in `dtype`.
+/// A Hugging Face Gemma 3 checkpoint's parameters as the decoder takes them: every RMSNorm
+/// weight (`*norm.weight`: the four norms of each layer, `q_norm`, `k_norm` and `model.norm`)
+/// becomes `1 + w`, added in f32 before the conversion to the model's dtype, as transformers
+/// computes `1 + w` in f32; every other parameter passes through unchanged.
+pub struct GemmaNorms<'a, B: Backend> {
+    params: &'a SafetensorsParams<B>,
+}
+
+impl<'a, B: Backend> GemmaNorms<'a, B> {
+    /// Wraps a Gemma 3 folder's parameters.
+    pub fn new(params: &'a SafetensorsParams<B>) -> Self {
+        Self { params }
+    }
+}
+
+impl<B: Backend> ParamSource<B> for GemmaNorms<'_, B> {
+    fn vector(&mut self, name: &str, shape: [usize; 1]) -> Result<Tensor<B, 1>> {
+        if !name.ends_with("norm.weight") {
+            return self.params.tensor(name, shape);
+        }
+        let data = self.params.data(name, &shape)?;
+        let values: Vec<f32> = data.iter::<f32>().map(|w| 1.0 + w).collect();
+        Ok(Tensor::from_data(
+            TensorData::new(values, shape),
+            (&self.params.device, self.params.dtype),
+        ))
+    }
+
+    fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Tensor<B, 2>> {
+        self.params.tensor(name, shape)
+    }
+}
+
+/// Loads a Hugging Face checkpoint folder (`config.json` and safetensors weights) in `dtype`;
+/// a Gemma 3 folder's norm weights are read through [`GemmaNorms`].
 pub fn load_model<B: Backend>(dir: &Path, device: &B::Device, dtype: DType) -> Result<Llm<B>> {
     let config = LlmConfig::from_dir(dir)?;
     let mut params = SafetensorsParams::<B>::open(dir, device, dtype)?;
+    if config.architecture == Architecture::Gemma3 {
+        return Llm::build(config, &mut GemmaNorms::new(&params), device, dtype);
+    }
     Llm::build(config, &mut params, device, dtype)
 }

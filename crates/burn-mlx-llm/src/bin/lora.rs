@@ -374,7 +374,10 @@ fn run<B: AutodiffBackend>(args: &Args, device: &B::Device, backend: &str) -> Re
             step,
             loss,
             seconds,
-        } => eprintln!("Iter {step}: Val loss {loss:.3}, Val took {seconds:.3}s"),
+        } => eprintln!(
+            "Iter {step}: Val loss {loss:.3}, Val ppl {:.3}, Val took {seconds:.3}s",
+            loss.exp()
+        ),
     };
     let save_every = args.save_every;
     let adapter_path = args.adapter_path.clone();
