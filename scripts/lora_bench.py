@@ -39,7 +39,9 @@ mlx-cuda / mlx-lm / peft wheels installed into PREFIX via ``pip install --no-dep
 
 import argparse
 import contextlib
+import glob
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -268,9 +270,22 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", type=int, default=16)
     p.add_argument("--rank", type=int, default=8)
+    p.add_argument(
+        "--burn-blas",
+        action="store_true",
+        help="mlx-lm on the CPU: multiply through burn-mlx's OpenBLAS forwarding library (the "
+        "wheel's own BLAS is the reference BLAS), so both sides use the same BLAS",
+    )
     args = p.parse_args()
     if args.iters < 1 or args.warmup < 0 or args.seq_len < 2:
         p.error("need --iters >= 1, --warmup >= 0, --seq-len >= 2")
+    if args.burn_blas and "libburn_mlx_blas" not in os.environ.get("LD_PRELOAD", ""):
+        cache = os.environ.get("BURN_MLX_CACHE", os.path.expanduser("~/.cache/burn-mlx"))
+        found = sorted(glob.glob(f"{cache}/mlx-cpu-*/*.libs/libburn_mlx_blas.so"))
+        if not found:
+            p.error(f"no libburn_mlx_blas.so under {cache}: build burn-mlx first (cargo build)")
+        env = dict(os.environ, LD_PRELOAD=found[-1])
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
     (run_mlx_lm if args.framework == "mlx-lm" else run_peft)(args)
 
 

@@ -282,28 +282,43 @@ impl FusedOp for AttentionOp {
 ///
 /// When `targets` is not as long as `logits`' batch.
 pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    if let Some(loss) = fused_cross_entropy("cross_entropy", &logits, &targets, false) {
+        return loss;
+    }
+    let [n, _] = logits.dims();
+    log_softmax(logits, 1)
+        .gather(1, targets.reshape([n, 1]))
+        .mean()
+        .neg()
+}
+
+/// Checks the shapes of a cross-entropy (`op` names it in the panic message) and computes it
+/// as one [`CrossEntropyOp`] where fused ops run; `None` elsewhere.
+fn fused_cross_entropy<B: Backend>(
+    op: &str,
+    logits: &Tensor<B, 2>,
+    targets: &Tensor<B, 1, Int>,
+    in_f32: bool,
+) -> Option<Tensor<B, 1>> {
     let [n, _] = logits.dims();
     let [t] = targets.dims();
     assert_eq!(
         n,
         t,
-        "cross_entropy: {t} targets for logits of shape {:?} (one class index per row)",
+        "{op}: {t} targets for logits of shape {:?} (one class index per row)",
         logits.dims()
     );
-    if custom::fuses::<B>(&logits.device()) {
-        let ids = side_input(targets.clone()).expect("B is built on MLX");
-        let op = Arc::new(CrossEntropyOp {
-            targets: ids,
-            in_f32: false,
-        });
-        if let Ok(out) = custom::apply::<B>(op, vec![prim(logits.clone())]) {
-            return wrap(out);
-        }
+    if !custom::fuses::<B>(&logits.device()) {
+        return None;
     }
-    log_softmax(logits, 1)
-        .gather(1, targets.reshape([n, 1]))
-        .mean()
-        .neg()
+    let ids = side_input(targets.clone()).expect("B is built on MLX");
+    let fused = Arc::new(CrossEntropyOp {
+        targets: ids,
+        in_f32,
+    });
+    custom::apply::<B>(fused, vec![prim(logits.clone())])
+        .ok()
+        .map(wrap)
 }
 
 /// [`cross_entropy`] computed in f32 whatever the logits' dtype, with an f32 result: the
@@ -321,25 +336,10 @@ pub fn cross_entropy_f32<B: Backend>(
     if logits.dtype() == DType::F32 {
         return cross_entropy(logits, targets);
     }
-    let [n, _] = logits.dims();
-    let [t] = targets.dims();
-    assert_eq!(
-        n,
-        t,
-        "cross_entropy_f32: {t} targets for logits of shape {:?} (one class index per row)",
-        logits.dims()
-    );
-    if custom::fuses::<B>(&logits.device()) {
-        let ids = side_input(targets.clone()).expect("B is built on MLX");
-        let op = Arc::new(CrossEntropyOp {
-            targets: ids,
-            in_f32: true,
-        });
-        if let Ok(out) = custom::apply::<B>(op, vec![prim(logits.clone())]) {
-            return wrap(out);
-        }
+    match fused_cross_entropy("cross_entropy_f32", &logits, &targets, true) {
+        Some(loss) => loss,
+        None => cross_entropy(logits.cast(DType::F32), targets),
     }
-    cross_entropy(logits.cast(DType::F32), targets)
 }
 
 #[derive(Debug)]

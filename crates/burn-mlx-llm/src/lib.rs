@@ -7,6 +7,7 @@
 //! against Hugging Face transformers.
 
 pub mod cache;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod export;

@@ -24,7 +24,8 @@
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::quant::QuantBits;
-use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx::Mlx;
+use burn_mlx_llm::cli::{DTypeArg, DeviceArg, QuantizeArg};
 use burn_mlx_llm::config::{LlmConfig, PRESETS};
 use burn_mlx_llm::error::{LlmError, Result};
 use burn_mlx_llm::export::export_decode_step;
@@ -58,56 +59,6 @@ enum BackendArg {
     Flex,
     /// burn-candle on the CPU.
     Candle,
-}
-
-/// MLX's device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum DeviceArg {
-    /// The GPU when MLX has one, else the CPU.
-    Auto,
-    /// MLX's CPU backend.
-    Cpu,
-    /// MLX's GPU backend (Metal, or CUDA with the `cuda` feature).
-    Gpu,
-}
-
-/// Weights, activations and cache dtype.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum DTypeArg {
-    /// 32-bit float.
-    F32,
-    /// bfloat16.
-    Bf16,
-    /// IEEE half.
-    F16,
-}
-
-impl From<DTypeArg> for DType {
-    fn from(d: DTypeArg) -> Self {
-        match d {
-            DTypeArg::F32 => DType::F32,
-            DTypeArg::Bf16 => DType::BF16,
-            DTypeArg::F16 => DType::F16,
-        }
-    }
-}
-
-/// Weight quantization.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum QuantizeArg {
-    /// 8 bits per weight, groups of 64.
-    Q8,
-    /// 4 bits per weight, groups of 64.
-    Q4,
-}
-
-impl From<QuantizeArg> for QuantBits {
-    fn from(q: QuantizeArg) -> Self {
-        match q {
-            QuantizeArg::Q8 => QuantBits::Q8,
-            QuantizeArg::Q4 => QuantBits::Q4,
-        }
-    }
 }
 
 /// Generate text with a Llama/Qwen3 model in Burn (MLX backend by default).
@@ -234,18 +185,7 @@ fn dispatch(args: &Args) -> Result<()> {
     }
     match args.backend {
         BackendArg::Mlx => {
-            let device = match args.device {
-                DeviceArg::Auto => MlxDevice::default(),
-                DeviceArg::Cpu => MlxDevice::Cpu,
-                DeviceArg::Gpu if MlxDevice::gpu_available() => MlxDevice::Gpu,
-                DeviceArg::Gpu => {
-                    return Err(LlmError::Input(
-                        "--device gpu: this MLX build has no GPU (CPU-only wheel; build with \
-                         --features cuda on NVIDIA, or run on Apple silicon)"
-                            .into(),
-                    ))
-                }
-            };
+            let device = args.device.device()?;
             // MLX's allocator peak (arrays alive at once, since the process started), the figure
             // mlx-lm reports: it includes the transients inside a prefill, which sampling the
             // active memory between tokens would miss, and not MLX's cache of free buffers.

@@ -26,8 +26,8 @@
 use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use burn_mlx::quant::QuantBits;
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_llm::cli::{DTypeArg, DeviceArg, QuantizeArg};
 use burn_mlx_llm::config::{LlmConfig, PRESETS};
 use burn_mlx_llm::error::{LlmError, Result};
 use burn_mlx_llm::lora::data::Example;
@@ -46,17 +46,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// MLX's device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum DeviceArg {
-    /// The GPU when MLX has one, else the CPU.
-    Auto,
-    /// MLX's CPU backend.
-    Cpu,
-    /// MLX's GPU backend (Metal, or CUDA with the `cuda` feature).
-    Gpu,
-}
-
 /// The Burn backend (under Burn's autodiff).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendArg {
@@ -64,26 +53,6 @@ enum BackendArg {
     Mlx,
     /// burn-flex (CPU; with --bench, the CPU peer).
     Flex,
-}
-
-/// The base model's dtype.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum DTypeArg {
-    /// 32-bit float.
-    F32,
-    /// bfloat16.
-    Bf16,
-    /// IEEE half.
-    F16,
-}
-
-/// Base weight quantization (QLoRA).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum QuantizeArg {
-    /// 8 bits per weight, groups of 64.
-    Q8,
-    /// 4 bits per weight, groups of 64.
-    Q4,
 }
 
 /// The learning-rate schedule.
@@ -226,7 +195,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let result = match (args.backend, device(args.device)) {
+    let result = match (args.backend, args.device.device()) {
         (BackendArg::Flex, _) if args.device != DeviceArg::Auto => Err(LlmError::Input(
             "--device chooses MLX's device; it applies to --backend mlx only".into(),
         )),
@@ -247,21 +216,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn device(arg: DeviceArg) -> Result<MlxDevice> {
-    Ok(match arg {
-        DeviceArg::Auto => MlxDevice::default(),
-        DeviceArg::Cpu => MlxDevice::Cpu,
-        DeviceArg::Gpu if MlxDevice::gpu_available() => MlxDevice::Gpu,
-        DeviceArg::Gpu => {
-            return Err(LlmError::Input(
-                "--device gpu: this MLX build has no GPU (CPU-only wheel; build with --features \
-                 cuda on NVIDIA, or run on Apple silicon)"
-                    .into(),
-            ))
-        }
-    })
 }
 
 /// `-1` → all, else that many.
@@ -292,7 +246,7 @@ fn run<B: AutodiffBackend>(args: &Args, device: &B::Device, backend: &str) -> Re
     let start = Instant::now();
     let mut model = load_model::<B>(model_dir, device, dtype(args))?;
     if let Some(q) = args.quantize {
-        model = model.quantize(bits(q))?;
+        model = model.quantize(q.into())?;
     }
     let tokenizer = load_tokenizer(model_dir, true)?.expect("required");
     let template = ChatTemplate::from_model_dir(model_dir)?;
@@ -475,18 +429,7 @@ fn fuse_into(args: &Args) -> Result<()> {
 }
 
 fn dtype(args: &Args) -> DType {
-    match args.dtype {
-        DTypeArg::F32 => DType::F32,
-        DTypeArg::Bf16 => DType::BF16,
-        DTypeArg::F16 => DType::F16,
-    }
-}
-
-fn bits(q: QuantizeArg) -> QuantBits {
-    match q {
-        QuantizeArg::Q8 => QuantBits::Q8,
-        QuantizeArg::Q4 => QuantBits::Q4,
-    }
+    args.dtype.into()
 }
 
 fn lora_config(args: &Args) -> LoraConfig {
@@ -512,7 +455,7 @@ fn bench<B: AutodiffBackend>(
     B::seed(device, args.seed);
     let mut model = Llm::<B>::random(shape.clone(), device, dtype(args))?;
     if let Some(q) = args.quantize {
-        model = model.quantize(bits(q))?;
+        model = model.quantize(q.into())?;
     }
     let mut lora = Lora::init(&model, lora_config(args), DType::F32)?;
     // The peak from here on, as the peers reset theirs once the model is built: the model's
