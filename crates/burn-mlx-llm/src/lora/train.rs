@@ -15,7 +15,7 @@ use burn_mlx::optim::{Adam, AdamConfig, AdamW, AdamWConfig};
 use burn_optim::adaptor::OptimizerAdaptor;
 use burn_optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn_tensor::backend::{AutodiffBackend, Backend};
-use burn_tensor::{Int, Tensor, TensorData};
+use burn_tensor::{ElementConversion, Int, Tensor, TensorData};
 use std::time::Instant;
 
 /// The optimizer.
@@ -254,23 +254,22 @@ pub fn evaluate<B: Backend>(
     batches: &[Batch],
     limit: Option<usize>,
 ) -> Result<(f64, usize)> {
-    let mut losses = vec![];
-    let mut counts = vec![];
+    let (mut sum, mut total) = (0.0f64, 0usize);
     for batch in batches.iter().take(limit.unwrap_or(usize::MAX)) {
         let t = BatchTensors::<B>::new(batch, model.device())?;
-        let loss = model.loss(t.tokens, t.rows, t.targets)?;
-        losses.push(loss * t.count as f64);
-        counts.push(t.count);
+        // Read per batch: one batch's activations alive at a time, not every batch's at once.
+        let loss: f64 = model
+            .loss(t.tokens, t.rows, t.targets)?
+            .into_scalar()
+            .elem();
+        sum += loss * t.count as f64;
+        total += t.count;
     }
-    let total: usize = counts.iter().sum();
     if total == 0 {
         return Err(LlmError::Input("validation: no batch to evaluate".into()));
     }
-    let sum: f64 = Tensor::cat(losses, 0).sum().into_scalar().elem();
     Ok((sum / total as f64, total))
 }
-
-use burn_tensor::ElementConversion;
 
 /// Trains `lora`'s adapters on `model` (base weights frozen) for `config.iters` optimizer
 /// steps over `train`, evaluating on `valid`, calling `on_event` with each report; after each
