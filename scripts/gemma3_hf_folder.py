@@ -7,8 +7,8 @@ assembles it itself when `--gguf` does not exist yet. It writes, into `--out`:
 * the model: transformers loads the GGUF (`AutoModelForCausalLM.from_pretrained(dir,
   gguf_file=...)`, every tensor dequantized to f32, Gemma's norm weights turned back from
   llama.cpp's `1 + w` into `w`) and saves it in bfloat16 (`config.json`, `generation_config.json`,
-  `model.safetensors`). End of sequence is `<eos>` (1) and `<end_of_turn>` (106), as in Gemma 3's
-  instruction-tuned releases, so that chat replies stop at the end of their turn.
+  `model.safetensors`). End of sequence is `<eos>` (1) and `<end_of_turn>` (106), as in the
+  instruction-tuned Gemma 3 models, so that chat replies stop at the end of their turn.
 * the tokenizer (`tokenizer.json`, `tokenizer_config.json`, `chat_template.jinja`): Gemma's
   SentencePiece BPE rebuilt from the GGUF's vocabulary. transformers' own GGUF conversion
   (`AutoTokenizer.from_pretrained(dir, gguf_file=...)`) is not used: for Gemma it builds a
@@ -20,7 +20,7 @@ assembles it itself when `--gguf` does not exist yet. It writes, into `--out`:
   `▁` and no prefix space; llama.cpp's control tokens as special added tokens and its
   user-defined ones (newline runs, space and tab runs, HTML tags) as plain added tokens matched
   before BPE; `<bos>` added in front. The GGUF file carries no chat template, so the script sets
-  Gemma 3's (the `<start_of_turn>user ... <end_of_turn>` format of Google's Gemma 3 releases,
+  Gemma 3's (the `<start_of_turn>user ... <end_of_turn>` format of Google's Gemma 3 models,
   `CHAT_TEMPLATE` below).
 
 Then it checks the tokenizer against a direct implementation of llama.cpp's SentencePiece
