@@ -31,7 +31,9 @@ use mlx_rs::fast;
 
 /// The MLX tensor behind a float tensor of backend `B`, when `B` is [`Mlx`] and the tensor is not
 /// quantized; otherwise the tensor, unchanged.
-fn float_on_mlx<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<MlxTensor, Tensor<B, D>> {
+pub(crate) fn float_on_mlx<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+) -> Result<MlxTensor, Tensor<B, D>> {
     match to_mlx(x) {
         Ok(t) if t.quant.is_some() => Err(from_mlx(t).expect("B is Mlx")),
         other => other,
@@ -39,7 +41,7 @@ fn float_on_mlx<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<MlxTensor
 }
 
 /// A float tensor of backend `B` (which is [`Mlx`]) from an MLX tensor.
-fn float_from_mlx<B: Backend, const D: usize>(t: MlxTensor) -> Tensor<B, D> {
+pub(crate) fn float_from_mlx<B: Backend, const D: usize>(t: MlxTensor) -> Tensor<B, D> {
     from_mlx(t).unwrap_or_else(|| unreachable!("called only when B is Mlx"))
 }
 
@@ -228,6 +230,11 @@ impl<B: Backend> RotaryEmbedding<B> {
                     .collect(),
             ),
         }
+    }
+
+    /// The inverse frequencies `f`, `[d/2]`, f32.
+    pub(crate) fn inverse_frequencies(&self) -> &Tensor<B, 1> {
+        &self.inverse_frequencies
     }
 
     /// The head size this embedding rotates (twice the number of frequencies).

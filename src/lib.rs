@@ -51,6 +51,7 @@ mod alloc;
 mod api;
 mod backend;
 pub mod compile;
+pub mod decode;
 mod device;
 /// Data-parallel training over MLX's distributed engine (ring, MPI, NCCL): groups,
 /// collectives on `Tensor<Mlx, D, K>`, bucketed gradient averaging, and a local launcher.

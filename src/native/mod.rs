@@ -24,6 +24,7 @@ pub(crate) mod distributed;
 pub(crate) mod dot;
 pub(crate) mod export;
 pub(crate) mod fusion;
+pub(crate) mod kernel;
 
 pub(crate) use array::{
     bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, erf, exp, left_shift, logsumexp,

@@ -17,6 +17,7 @@ mod common;
 mod autodiff_ops;
 mod backend_smoke;
 mod bool_ops;
+mod decode;
 mod errors;
 mod export;
 mod float_ops;

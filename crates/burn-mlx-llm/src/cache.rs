@@ -137,6 +137,36 @@ impl<B: Backend> LayerCache<B> {
         (self.keys.expect(filled), self.values.expect(filled))
     }
 
+    /// Writes `keys`/`values` like [`write`](Self::write) and returns the whole buffers
+    /// (`[1, kv_heads, capacity, head_dim]`), for an attention that reads the filled length
+    /// itself ([`burn_mlx::decode::decode_attention`]).
+    pub fn write_whole(
+        &mut self,
+        keys: Tensor<B, 4>,
+        values: Tensor<B, 4>,
+        position: &Position<B>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        match position {
+            Position::Host(offset) => {
+                let [b, h, seq, d] = keys.dims();
+                let end = offset + seq;
+                let update = |slot: &mut Option<Tensor<B, 4>>, new: Tensor<B, 4>| {
+                    let cache = slot
+                        .take()
+                        .expect("layer cache is always filled between writes")
+                        .slice_assign([0..b, 0..h, *offset..end, 0..d], new);
+                    *slot = Some(cache.clone());
+                    cache
+                };
+                (
+                    update(&mut self.keys, keys),
+                    update(&mut self.values, values),
+                )
+            }
+            Position::Device { .. } => self.write(keys, values, position),
+        }
+    }
+
     /// Writes `keys`/`values` (`[1, kv_heads, seq, head_dim]`) at the positions starting at
     /// `position`, and returns what attention reads: with a host position, the filled prefix
     /// `0..offset + seq` of both; with a device position, the whole buffers.

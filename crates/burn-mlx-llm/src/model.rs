@@ -15,6 +15,7 @@ use super::cache::{sliding_band, KvCache, LayerCache, Position};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::{local_rotary_embedding, rotary_embedding};
+use burn_mlx::decode::{self, At, Gate, QkvLayout};
 use burn_mlx::fast::{rms_norm, swiglu, RotaryEmbedding};
 use burn_mlx::nn::functional;
 use burn_mlx::quant::{QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
@@ -261,6 +262,123 @@ impl<B: Backend> Linear<B> {
     }
 }
 
+/// `N` linear layers that take the same input: each on its own, or fused into one layer whose
+/// output is theirs side by side ([`Llm::fuse_projections`]), one matrix product instead of `N`.
+#[derive(Debug, Clone)]
+pub enum Packed<B: Backend, const N: usize> {
+    /// One layer each.
+    Separate([Linear<B>; N]),
+    /// One layer, and the output widths of the layers it holds.
+    Fused(Linear<B>, [usize; N]),
+}
+
+impl<B: Backend, const N: usize> Packed<B, N> {
+    /// Layer `i` when the layers are separate.
+    fn part(&self, i: usize) -> Option<&Linear<B>> {
+        match self {
+            Packed::Separate(parts) => parts.get(i),
+            Packed::Fused(..) => None,
+        }
+    }
+
+    /// [`part`](Self::part), mutable.
+    fn part_mut(&mut self, i: usize) -> Option<&mut Linear<B>> {
+        match self {
+            Packed::Separate(parts) => parts.get_mut(i),
+            Packed::Fused(..) => None,
+        }
+    }
+
+    /// The layers as one: their weights (and biases) concatenated along the output axis, when
+    /// every one is dense and has no low-rank update; otherwise `self` as it is.
+    fn fuse(self) -> Self {
+        let parts = match self {
+            Packed::Separate(parts) => parts,
+            fused => return fused,
+        };
+        let fusable = parts.iter().all(|l| l.lora.is_none() && !l.is_quantized())
+            && (parts.iter().all(|l| l.bias.is_some()) || parts.iter().all(|l| l.bias.is_none()));
+        let weights: Option<Vec<Tensor<B, 2>>> = parts.iter().map(Linear::dense_weight).collect();
+        match weights {
+            Some(weights) if fusable => {
+                let widths = std::array::from_fn(|i| parts[i].dims()[0]);
+                let bias = parts[0]
+                    .bias
+                    .as_ref()
+                    .map(|_| Tensor::cat(parts.iter().flat_map(|l| l.bias.clone()).collect(), 0));
+                let weight = Tensor::cat(weights, 0);
+                Packed::Fused(
+                    Linear {
+                        weight: Weight::Dense(weight.transpose()),
+                        bias,
+                        lora: None,
+                    },
+                    widths,
+                )
+            }
+            _ => Packed::Separate(parts),
+        }
+    }
+
+    /// Every layer's output for `x`, `[rows, width]` each.
+    fn forward_each(&self, x: Tensor<B, 2>) -> Result<[Tensor<B, 2>; N]> {
+        match self {
+            Packed::Separate(parts) => {
+                let mut outs = Vec::with_capacity(N);
+                for part in parts {
+                    outs.push(part.forward(x.clone())?);
+                }
+                Ok(outs
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("N outputs")))
+            }
+            Packed::Fused(layer, widths) => {
+                let y = layer.forward(x)?;
+                let mut start = 0;
+                Ok(std::array::from_fn(|i| {
+                    let part = y.clone().narrow(1, start, widths[i]);
+                    start += widths[i];
+                    part
+                }))
+            }
+        }
+    }
+
+    /// The layers with their weights quantized; a fused layer is one matrix (its rows are the
+    /// layers' rows, and groups run along the shared input axis, so each layer's values are
+    /// those it would have alone).
+    fn quantize(
+        self,
+        bits: QuantBits,
+        names: [String; N],
+        report: &mut QuantReport,
+    ) -> Result<Self> {
+        match self {
+            Packed::Separate(parts) => {
+                let mut out = Vec::with_capacity(N);
+                for (part, name) in parts.into_iter().zip(names) {
+                    out.push(part.quantize(bits, &name, report)?);
+                }
+                Ok(Packed::Separate(
+                    out.try_into().unwrap_or_else(|_| unreachable!("N layers")),
+                ))
+            }
+            Packed::Fused(layer, widths) => Ok(Packed::Fused(
+                layer.quantize(bits, &names.join("+"), report)?,
+                widths,
+            )),
+        }
+    }
+
+    /// The layers, for counting bytes.
+    fn layers(&self) -> Vec<&Linear<B>> {
+        match self {
+            Packed::Separate(parts) => parts.iter().collect(),
+            Packed::Fused(layer, _) => vec![layer],
+        }
+    }
+}
+
 /// Root-mean-square normalization over the last axis, computed in f32 and scaled by a learned
 /// weight (Hugging Face's `LlamaRMSNorm`/`Qwen3RMSNorm`).
 #[derive(Debug, Clone)]
@@ -293,9 +411,8 @@ impl<B: Backend> RmsNorm<B> {
 /// Self-attention with grouped key/value heads and rotary positions.
 #[derive(Debug, Clone)]
 pub struct Attention<B: Backend> {
-    q_proj: Linear<B>,
-    k_proj: Linear<B>,
-    v_proj: Linear<B>,
+    /// `q_proj`, `k_proj` and `v_proj`.
+    qkv: Packed<B, 3>,
     o_proj: Linear<B>,
     /// Qwen3's per-head RMSNorms of queries and keys (before RoPE).
     qk_norm: Option<(RmsNorm<B>, RmsNorm<B>)>,
@@ -317,9 +434,11 @@ impl<B: Backend> Attention<B> {
             Architecture::Llama => None,
         };
         Ok(Self {
-            q_proj: Linear::load(src, &format!("{prefix}.q_proj"), h, q_out, bias)?,
-            k_proj: Linear::load(src, &format!("{prefix}.k_proj"), h, kv_out, bias)?,
-            v_proj: Linear::load(src, &format!("{prefix}.v_proj"), h, kv_out, bias)?,
+            qkv: Packed::Separate([
+                Linear::load(src, &format!("{prefix}.q_proj"), h, q_out, bias)?,
+                Linear::load(src, &format!("{prefix}.k_proj"), h, kv_out, bias)?,
+                Linear::load(src, &format!("{prefix}.v_proj"), h, kv_out, bias)?,
+            ]),
             o_proj: Linear::load(src, &format!("{prefix}.o_proj"), q_out, h, bias)?,
             qk_norm,
             num_heads: c.num_heads,
@@ -332,6 +451,10 @@ impl<B: Backend> Attention<B> {
     /// and itself, writing its keys and values into `cache`. With `window`, a query sees only
     /// itself and the `window - 1` positions before it (Gemma 3's sliding layers); `band` is
     /// that mask for a host position with several queries past the window ([`sliding_band`]).
+    ///
+    /// With fused projections the heads come from [`decode::qkv_heads`] (split, norms and RoPE
+    /// in one kernel on CUDA), and a decode step at a host position attends through
+    /// [`decode::decode_attention`] over the cache's buffers, with no slice of them.
     fn forward(
         &self,
         x: Tensor<B, 2>,
@@ -343,37 +466,62 @@ impl<B: Backend> Attention<B> {
     ) -> Result<Tensor<B, 2>> {
         let [seq, _] = x.dims();
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        // `[seq, heads·d]` to `[1, heads, seq, d]`: for one position (a decode step) a reshape
-        // alone; for several, a reshape and a transpose. Every op of a decode step is host work
-        // on a GPU, and these transposes were four of its 31 ops per layer.
-        let heads_first = |t: Tensor<B, 2>, heads: usize| {
-            if seq == 1 {
-                t.reshape([1, heads, 1, d])
-            } else {
-                t.reshape([1, seq, heads, d]).swap_dims(1, 2)
+        let scale = 1.0 / (d as f64).sqrt();
+        let (q, k, v) = match &self.qkv {
+            Packed::Fused(layer, _) => {
+                let at = match position {
+                    Position::Host(offset) => At::Host(*offset),
+                    Position::Device { offset, .. } => At::Device(offset.clone()),
+                };
+                let norms = self.qk_norm.as_ref().map(|(q, k)| (&q.weight, &k.weight));
+                let eps = self.qk_norm.as_ref().map_or(0.0, |(q, _)| q.eps);
+                let layout = QkvLayout {
+                    heads: hq,
+                    kv_heads: hkv,
+                    head_dim: d,
+                };
+                let [q, k, v] = decode::qkv_heads(layer.forward(x)?, layout, norms, eps, rope, &at);
+                (q, k, v)
+            }
+            Packed::Separate(_) => {
+                // `[seq, heads·d]` to `[1, heads, seq, d]`: for one position (a decode step) a
+                // reshape alone; for several, a reshape and a transpose.
+                let heads_first = |t: Tensor<B, 2>, heads: usize| {
+                    if seq == 1 {
+                        t.reshape([1, heads, 1, d])
+                    } else {
+                        t.reshape([1, seq, heads, d]).swap_dims(1, 2)
+                    }
+                };
+                let [q, k, v] = self.qkv.forward_each(x)?;
+                let (q, k, v) = (heads_first(q, hq), heads_first(k, hkv), heads_first(v, hkv));
+                let (q, k) = match &self.qk_norm {
+                    Some((q_norm, k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
+                    None => (q, k),
+                };
+                let (q, k) = match position {
+                    Position::Host(offset) => (rope.apply(q, *offset), rope.apply(k, *offset)),
+                    Position::Device { offset, .. } => (
+                        rope.apply_at(q, offset.clone()),
+                        rope.apply_at(k, offset.clone()),
+                    ),
+                };
+                (q, k, v)
             }
         };
-        let q = heads_first(self.q_proj.forward(x.clone())?, hq);
-        let k = heads_first(self.k_proj.forward(x.clone())?, hkv);
-        let v = heads_first(self.v_proj.forward(x)?, hkv);
-        let (q, k) = match &self.qk_norm {
-            Some((q_norm, k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
-            None => (q, k),
-        };
-        let (q, k, bias) = match position {
-            Position::Host(offset) => (rope.apply(q, *offset), rope.apply(k, *offset), None),
+        if let (Position::Host(offset), 1, Packed::Fused(..)) = (position, seq, &self.qkv) {
+            let (k, v) = cache.write_whole(k, v, position);
+            let out = decode::decode_attention(q, k, v, &At::Host(offset + 1), scale, window);
+            return self.o_proj.forward(out);
+        }
+        let bias = match position {
+            Position::Host(_) => None,
             Position::Device {
-                offset,
-                bias,
-                sliding_bias,
-            } => (
-                rope.apply_at(q, offset.clone()),
-                rope.apply_at(k, offset.clone()),
-                match (window, sliding_bias) {
-                    (Some(_), Some(sliding)) => Some(sliding.clone()),
-                    _ => Some(bias.clone()),
-                },
-            ),
+                bias, sliding_bias, ..
+            } => match (window, sliding_bias) {
+                (Some(_), Some(sliding)) => Some(sliding.clone()),
+                _ => Some(bias.clone()),
+            },
         };
         let (k, v) = cache.write(k, v, position);
         // A sliding layer whose filled prefix is longer than its window: one query position
@@ -389,7 +537,7 @@ impl<B: Backend> Attention<B> {
             }
             _ => (k, v, bias),
         };
-        let out = grouped_attention(q, k, v, bias, 1.0 / (d as f64).sqrt());
+        let out = grouped_attention(q, k, v, bias, scale);
         let out = if seq == 1 {
             out.reshape([1, hq * d])
         } else {
@@ -412,9 +560,8 @@ impl<B: Backend> Attention<B> {
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let heads_first =
             |t: Tensor<B, 2>, heads: usize| t.reshape([batch, seq, heads, d]).swap_dims(1, 2);
-        let q = heads_first(self.q_proj.forward(x.clone())?, hq);
-        let k = heads_first(self.k_proj.forward(x.clone())?, hkv);
-        let v = heads_first(self.v_proj.forward(x)?, hkv);
+        let [q, k, v] = self.qkv.forward_each(x)?;
+        let (q, k, v) = (heads_first(q, hq), heads_first(k, hkv), heads_first(v, hkv));
         let (q, k) = match &self.qk_norm {
             Some((q_norm, k_norm)) => (q_norm.forward_train(q), k_norm.forward_train(k)),
             None => (q, k),
@@ -427,12 +574,14 @@ impl<B: Backend> Attention<B> {
     }
 
     fn quantize(self, bits: QuantBits, prefix: &str, report: &mut QuantReport) -> Result<Self> {
-        let mut q = |l: Linear<B>, n: &str| l.quantize(bits, &format!("{prefix}.{n}"), report);
+        let names = ["q_proj", "k_proj", "v_proj"].map(|n| format!("{prefix}.{n}"));
+        let qkv = self.qkv.quantize(bits, names, report)?;
+        let o_proj = self
+            .o_proj
+            .quantize(bits, &format!("{prefix}.o_proj"), report)?;
         Ok(Self {
-            q_proj: q(self.q_proj, "q_proj")?,
-            k_proj: q(self.k_proj, "k_proj")?,
-            v_proj: q(self.v_proj, "v_proj")?,
-            o_proj: q(self.o_proj, "o_proj")?,
+            qkv,
+            o_proj,
             ..self
         })
     }
@@ -486,47 +635,59 @@ pub fn grouped_attention<B: Backend>(
 /// one fused kernel on `Mlx`) for Llama and Qwen3, GeGLU with the tanh form of GELU for Gemma 3.
 #[derive(Debug, Clone)]
 pub struct Mlp<B: Backend> {
-    gate_proj: Linear<B>,
-    up_proj: Linear<B>,
+    /// `gate_proj` and `up_proj`.
+    gate_up: Packed<B, 2>,
     down_proj: Linear<B>,
     /// GELU (tanh approximation, transformers' `gelu_pytorch_tanh`) instead of SiLU.
     gelu: bool,
-}
-
-/// GELU in its tanh form: `x/2 · (1 + tanh(sqrt(2/pi) · (x + 0.044715 x³)))`.
-fn gelu_tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
-    let inner =
-        (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
-    x * (inner.tanh() + 1.0) * 0.5
 }
 
 impl<B: Backend> Mlp<B> {
     fn load(src: &mut dyn ParamSource<B>, prefix: &str, c: &LlmConfig) -> Result<Self> {
         let (h, i, bias) = (c.hidden_size, c.intermediate_size, c.mlp_bias);
         Ok(Self {
-            gate_proj: Linear::load(src, &format!("{prefix}.gate_proj"), h, i, bias)?,
-            up_proj: Linear::load(src, &format!("{prefix}.up_proj"), h, i, bias)?,
+            gate_up: Packed::Separate([
+                Linear::load(src, &format!("{prefix}.gate_proj"), h, i, bias)?,
+                Linear::load(src, &format!("{prefix}.up_proj"), h, i, bias)?,
+            ]),
             down_proj: Linear::load(src, &format!("{prefix}.down_proj"), i, h, bias)?,
             gelu: c.architecture == Architecture::Gemma3,
         })
     }
 
+    /// `down(act(gate(x)) · up(x))`; with the gate and up projections fused, the activation is
+    /// [`decode::gated`] (one kernel on CUDA).
     fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
-        let (gate, up) = (self.gate_proj.forward(x.clone())?, self.up_proj.forward(x)?);
-        let gated = if self.gelu {
-            gelu_tanh(gate) * up
-        } else {
-            swiglu(gate, up)
+        let gated = match &self.gate_up {
+            Packed::Fused(layer, _) => {
+                let gate = if self.gelu {
+                    Gate::GeluTanh
+                } else {
+                    Gate::Silu
+                };
+                decode::gated(layer.forward(x)?, gate)
+            }
+            Packed::Separate(_) => {
+                let [gate, up] = self.gate_up.forward_each(x)?;
+                if self.gelu {
+                    decode::gelu_tanh(gate) * up
+                } else {
+                    swiglu(gate, up)
+                }
+            }
         };
         self.down_proj.forward(gated)
     }
 
     fn quantize(self, bits: QuantBits, prefix: &str, report: &mut QuantReport) -> Result<Self> {
-        let mut q = |l: Linear<B>, n: &str| l.quantize(bits, &format!("{prefix}.{n}"), report);
+        let names = ["gate_proj", "up_proj"].map(|n| format!("{prefix}.{n}"));
+        let gate_up = self.gate_up.quantize(bits, names, report)?;
+        let down_proj = self
+            .down_proj
+            .quantize(bits, &format!("{prefix}.down_proj"), report)?;
         Ok(Self {
-            gate_proj: q(self.gate_proj, "gate_proj")?,
-            up_proj: q(self.up_proj, "up_proj")?,
-            down_proj: q(self.down_proj, "down_proj")?,
+            gate_up,
+            down_proj,
             ..self
         })
     }
@@ -582,32 +743,39 @@ impl<B: Backend> DecoderLayer<B> {
         })
     }
 
+    /// The block on `normed` (its input, `x`, already through `input_layernorm`): returns its
+    /// output and that output through `next_norm` (the next block's input norm, or the final
+    /// norm). Each residual connection and the norm after it are one [`decode::add_rms_norm`]
+    /// (one kernel on CUDA).
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         x: Tensor<B, 2>,
+        normed: Tensor<B, 2>,
+        next_norm: &RmsNorm<B>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
         band: Option<&Tensor<B, 4>>,
-    ) -> Result<Tensor<B, 2>> {
-        let attended = self.self_attn.forward(
-            self.input_layernorm.forward(x.clone()),
-            cache,
-            rope,
-            position,
-            self.window,
-            band,
-        )?;
-        match &self.feedforward_norms {
+    ) -> Result<(Tensor<B, 2>, Tensor<B, 2>)> {
+        let attended = self
+            .self_attn
+            .forward(normed, cache, rope, position, self.window, band)?;
+        let add_norm =
+            |x, y, norm: &RmsNorm<B>| decode::add_rms_norm(x, y, norm.weight.clone(), norm.eps);
+        Ok(match &self.feedforward_norms {
             None => {
-                let h = x + attended;
-                Ok(h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))?)
+                let (h, normed) = add_norm(x, attended, &self.post_attention_layernorm);
+                let out = self.mlp.forward(normed)?;
+                add_norm(h, out, next_norm)
             }
             Some((pre, post)) => {
-                let h = x + self.post_attention_layernorm.forward(attended);
-                Ok(h.clone() + post.forward(self.mlp.forward(pre.forward(h))?))
+                let attended = self.post_attention_layernorm.forward(attended);
+                let (h, normed) = add_norm(x, attended, pre);
+                let out = post.forward(self.mlp.forward(normed)?);
+                add_norm(h, out, next_norm)
             }
-        }
+        })
     }
 
     /// [`forward`](Self::forward) for `batch` sequences of `seq` positions from 0 without a
@@ -840,6 +1008,36 @@ impl<B: Backend> Llm<B> {
         })
     }
 
+    /// The model with each block's query, key and value projections fused into one layer, and
+    /// its gate and up projections into another: a decode step then runs two matrix products
+    /// where it ran five, and the split, norms and RoPE of the heads, and the gated activation,
+    /// go through [`burn_mlx::decode`]'s kernels. The outputs are the same within rounding.
+    ///
+    /// Projections that are quantized or carry a low-rank update stay separate, so fuse before
+    /// [`quantize`](Self::quantize) (which keeps the fusion) and not for LoRA training, whose
+    /// adapters name the separate layers ([`linear`](Self::linear) returns `None` for a fused
+    /// one).
+    pub fn fuse_projections(self) -> Self {
+        let layers = self
+            .layers
+            .into_iter()
+            .map(|mut layer| {
+                layer.self_attn.qkv = layer.self_attn.qkv.fuse();
+                layer.mlp.gate_up = layer.mlp.gate_up.fuse();
+                layer
+            })
+            .collect();
+        Self { layers, ..self }
+    }
+
+    /// Whether every block's projections are fused ([`fuse_projections`](Self::fuse_projections)).
+    pub fn projections_fused(&self) -> bool {
+        self.layers.iter().all(|l| {
+            matches!(l.self_attn.qkv, Packed::Fused(..))
+                && matches!(l.mlp.gate_up, Packed::Fused(..))
+        })
+    }
+
     /// What [`quantize`](Self::quantize) did (`bits` is `None` for a model in floating point).
     pub fn quantization(&self) -> &QuantReport {
         &self.quant
@@ -857,9 +1055,12 @@ impl<B: Backend> Llm<B> {
             .map(|l| {
                 let a = &l.self_attn;
                 let qk = a.qk_norm.as_ref().map_or(0, |(q, k)| norm(q) + norm(k));
-                [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
+                a.qkv
+                    .layers()
                     .into_iter()
-                    .chain([&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj])
+                    .chain([&a.o_proj])
+                    .chain(l.mlp.gate_up.layers())
+                    .chain([&l.mlp.down_proj])
                     .map(linear)
                     .sum::<usize>()
                     + qk
@@ -976,34 +1177,35 @@ impl<B: Backend> Llm<B> {
         Ok((logits, layers))
     }
 
-    /// The linear layer `key` (one of [`LINEAR_KEYS`]) of block `layer`.
+    /// The linear layer `key` (one of [`LINEAR_KEYS`]) of block `layer`; `None` for an unknown
+    /// key or block, and for a projection fused with others ([`fuse_projections`](Self::fuse_projections)).
     pub fn linear(&self, layer: usize, key: &str) -> Option<&Linear<B>> {
         let l = self.layers.get(layer)?;
-        Some(match key {
-            "self_attn.q_proj" => &l.self_attn.q_proj,
-            "self_attn.k_proj" => &l.self_attn.k_proj,
-            "self_attn.v_proj" => &l.self_attn.v_proj,
-            "self_attn.o_proj" => &l.self_attn.o_proj,
-            "mlp.gate_proj" => &l.mlp.gate_proj,
-            "mlp.up_proj" => &l.mlp.up_proj,
-            "mlp.down_proj" => &l.mlp.down_proj,
-            _ => return None,
-        })
+        match key {
+            "self_attn.q_proj" => l.self_attn.qkv.part(0),
+            "self_attn.k_proj" => l.self_attn.qkv.part(1),
+            "self_attn.v_proj" => l.self_attn.qkv.part(2),
+            "self_attn.o_proj" => Some(&l.self_attn.o_proj),
+            "mlp.gate_proj" => l.mlp.gate_up.part(0),
+            "mlp.up_proj" => l.mlp.gate_up.part(1),
+            "mlp.down_proj" => Some(&l.mlp.down_proj),
+            _ => None,
+        }
     }
 
     /// [`linear`](Self::linear), mutable (to set its [`LoraUpdate`]).
     pub fn linear_mut(&mut self, layer: usize, key: &str) -> Option<&mut Linear<B>> {
         let l = self.layers.get_mut(layer)?;
-        Some(match key {
-            "self_attn.q_proj" => &mut l.self_attn.q_proj,
-            "self_attn.k_proj" => &mut l.self_attn.k_proj,
-            "self_attn.v_proj" => &mut l.self_attn.v_proj,
-            "self_attn.o_proj" => &mut l.self_attn.o_proj,
-            "mlp.gate_proj" => &mut l.mlp.gate_proj,
-            "mlp.up_proj" => &mut l.mlp.up_proj,
-            "mlp.down_proj" => &mut l.mlp.down_proj,
-            _ => return None,
-        })
+        match key {
+            "self_attn.q_proj" => l.self_attn.qkv.part_mut(0),
+            "self_attn.k_proj" => l.self_attn.qkv.part_mut(1),
+            "self_attn.v_proj" => l.self_attn.qkv.part_mut(2),
+            "self_attn.o_proj" => Some(&mut l.self_attn.o_proj),
+            "mlp.gate_proj" => l.mlp.gate_up.part_mut(0),
+            "mlp.up_proj" => l.mlp.gate_up.part_mut(1),
+            "mlp.down_proj" => Some(&mut l.mlp.down_proj),
+            _ => None,
+        }
     }
 
     /// The final hidden states (after the last norm) of `batch` sequences `tokens`
@@ -1099,14 +1301,30 @@ impl<B: Backend> Llm<B> {
             ),
             _ => None,
         };
-        for (layer, layer_cache) in self.layers.iter().zip(caches) {
+        let mut normed = match self.layers.first() {
+            Some(first) => first.input_layernorm.forward(x.clone()),
+            None => self.norm.forward(x.clone()),
+        };
+        for (i, (layer, layer_cache)) in self.layers.iter().zip(caches).enumerate() {
             let rope = match (&self.rope_local, layer.window) {
                 (Some(local), Some(_)) => local,
                 _ => &self.rope,
             };
-            x = layer.forward(x, layer_cache, rope, position, band.as_ref())?;
+            let next_norm = self
+                .layers
+                .get(i + 1)
+                .map_or(&self.norm, |next| &next.input_layernorm);
+            (x, normed) = layer.forward(
+                x,
+                normed,
+                next_norm,
+                layer_cache,
+                rope,
+                position,
+                band.as_ref(),
+            )?;
         }
-        let x = self.norm.forward(x);
+        let x = normed;
         let x = match which {
             Logits::All => x,
             Logits::Last => x.narrow(0, seq - 1, 1),

@@ -137,11 +137,21 @@ fn max_diff(label: &str, got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
     worst
 }
 
-/// Prefill parity, greedy tokens, and cached-versus-full decoding for one fixture on `B`.
+/// Prefill parity, greedy tokens, and cached-versus-full decoding for one fixture on `B`, with
+/// the model's projections as loaded and fused (`Llm::fuse_projections`, which on CUDA also
+/// runs the decode kernels of `burn_mlx::decode`).
 fn check_fixture<B: Backend>(name: &str, device: &B::Device, backend: &str, tol: f32) {
-    let reference = reference(name);
     let model = load_model::<B>(&fixture(name), device, DType::F32)
         .unwrap_or_else(|e| panic!("{name} on {backend}: {e}"));
+    check_model(name, model.clone(), backend, tol);
+    let fused = model.fuse_projections();
+    assert!(fused.projections_fused());
+    check_model(name, fused, &format!("{backend}, fused projections"), tol);
+}
+
+/// [`check_fixture`] for one model.
+fn check_model<B: Backend>(name: &str, model: Llm<B>, backend: &str, tol: f32) {
+    let reference = reference(name);
     let prompt = &reference.prompt;
     let n = prompt.len();
 
@@ -183,6 +193,20 @@ fn check_fixture<B: Backend>(name: &str, device: &B::Device, backend: &str, tol:
         cache.len(),
         n + steps - 1,
         "the last token is never fed back"
+    );
+    // The eager step (a new graph per token over the filled cache).
+    let mut cache = model.new_cache(n + steps);
+    let (eager, _) = generate(
+        &mut Decoder::eager(&model),
+        &mut cache,
+        prompt,
+        &mut options,
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+    assert_eq!(
+        eager, reference.greedy,
+        "{name} on {backend}: eager greedy tokens"
     );
 
     // 3. Decoding with the cache, one token at a time, against one full pass over the sequence.

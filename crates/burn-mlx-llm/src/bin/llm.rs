@@ -130,6 +130,11 @@ struct Args {
     /// run without Burn (scripts/mlxfn_generate.py generates with it), then exit. Mlx only.
     #[arg(long, value_name = "FILE")]
     export: Option<PathBuf>,
+    /// Keep each block's q/k/v and gate/up projections as separate layers instead of fusing them
+    /// (`Llm::fuse_projections`, the default without --adapter): the fused layers take one matrix
+    /// product each, and on CUDA the decode kernels of `burn_mlx::decode`.
+    #[arg(long)]
+    separate_projections: bool,
     /// LoRA adapters to add to the model: a folder written by the `lora` command or by mlx-lm
     /// (`adapters.safetensors`), or by Hugging Face PEFT (`adapter_model.safetensors`).
     #[arg(long, value_name = "DIR", alias = "adapter-path")]
@@ -233,7 +238,7 @@ fn run<B: Backend>(
         let model = load_model::<B>(dir, device, dtype)?;
         (model, load_tokenizer(dir, args.prompt.is_some())?, None)
     };
-    let mut model = quantize(model, args.quantize)?;
+    let mut model = prepare(model, args)?;
     if let Some(adapter) = &args.adapter {
         let lora =
             burn_mlx_llm::lora::files::load::<B>(adapter, model.config(), device, DType::F32)?;
@@ -343,9 +348,15 @@ fn run<B: Backend>(
     Ok(())
 }
 
-/// `model` quantized as `--quantize` asks (unchanged without it).
-fn quantize<B: Backend>(model: Llm<B>, arg: Option<QuantizeArg>) -> Result<Llm<B>> {
-    match arg {
+/// `model` with its projections fused (unless `--separate-projections` or `--adapter`, whose
+/// adapters name the separate layers), then quantized as `--quantize` asks.
+fn prepare<B: Backend>(model: Llm<B>, args: &Args) -> Result<Llm<B>> {
+    let model = if args.separate_projections || args.adapter.is_some() {
+        model
+    } else {
+        model.fuse_projections()
+    };
+    match args.quantize {
         Some(q) => model.quantize(q.into()),
         None => Ok(model),
     }
@@ -427,7 +438,7 @@ fn bench<B: Backend>(
         .map(|_| rng.random_range(0..config.vocab_size as u32))
         .collect();
     let params = config.num_params();
-    let model = quantize(Llm::<B>::random(config, device, dtype)?, args.quantize)?;
+    let model = prepare(Llm::<B>::random(config, device, dtype)?, args)?;
 
     // Warm-up: the same prompt length and number of tokens as the measured run, as the mlx-lm
     // peer in `scripts/llm_gpu_reference.py` does. It materializes the (lazily generated)

@@ -1,0 +1,387 @@
+//! The CUDA kernels of [`super`]: their sources, and their launches through MLX's custom
+//! kernels (`native::kernel`). Each is one MLX primitive. Values that change from one call to
+//! the next (positions, lengths) are integer arrays read on the device; shapes and constants
+//! that are fixed for a model (head counts, sizes, `eps`, the attention scale) are template
+//! arguments, so MLX compiles each kernel once per model. Floats go in as their bit patterns
+//! (`__int_as_float`), since template arguments are integers.
+
+use crate::error::MlxError;
+use crate::native::kernel::{CudaKernel, TemplateArg};
+use mlx_rs::{Array, Dtype};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Warp and block reductions shared by the kernels.
+const HEADER: &str = r#"
+__device__ __forceinline__ float bm_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The sum of `v` over the block (at most 32 warps); every thread gets it.
+__device__ __forceinline__ float bm_block_sum(float v, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = bm_warp_sum(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  float total = 0.f;
+  for (int w = 0; w < warps; ++w) total += shared[w];
+  return total;
+}
+"#;
+
+/// `h = x + r` (rounded to `T`), `y = h / sqrt(mean(h²) + eps) · w`: one block per row.
+const ADD_RMS_NORM: &str = r#"
+  __shared__ float shared[32];
+  const size_t row = blockIdx.x;
+  const T* xr = x + row * N;
+  const T* rr = r + row * N;
+  T* hr = h + row * N;
+  T* yr = y + row * N;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < N; i += blockDim.x) {
+    const T s = static_cast<T>(static_cast<float>(xr[i]) + static_cast<float>(rr[i]));
+    hr[i] = s;
+    const float f = static_cast<float>(s);
+    ss += f * f;
+  }
+  const float total = bm_block_sum(ss, shared);
+  const float inv = rsqrtf(total / N + __int_as_float(EPS));
+  for (int i = threadIdx.x; i < N; i += blockDim.x) {
+    yr[i] = static_cast<T>(static_cast<float>(hr[i]) * inv * static_cast<float>(w[i]));
+  }
+"#;
+
+/// Splits `qkv` (`[rows, (HQ + 2·HKV)·D]`, row `i` at position `pos[0] + i`) into heads-first
+/// `q`, `k`, `v` (`[HQ or HKV, rows, D]`), normalizing each query and key head (RMS, with
+/// `qw`/`kw`, when `NORM`) and rotating it ("rotate half" RoPE with inverse frequencies
+/// `freqs`, `[D/2]`). One warp per (row, head).
+const QKV_NORM_ROPE: &str = r#"
+  constexpr int HEADS = HQ + 2 * HKV;
+  constexpr int HALF = D / 2;
+  constexpr int PER = (HALF + 31) / 32;
+  const int rows = qkv_shape[0];
+  const int lane = threadIdx.x & 31;
+  const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  if (gw >= rows * HEADS) return;
+  const int row = gw / HEADS, head = gw % HEADS;
+  const T* src = qkv + (size_t)row * HEADS * D + (size_t)head * D;
+  if (head >= HQ + HKV) {
+    T* dst = v + ((size_t)(head - HQ - HKV) * rows + row) * D;
+    for (int i = lane; i < D; i += 32) dst[i] = src[i];
+    return;
+  }
+  const bool is_q = head < HQ;
+  const int hh = is_q ? head : head - HQ;
+  T* dst = (is_q ? q : k) + ((size_t)hh * rows + row) * D;
+  float a[PER], b[PER];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    a[j] = 0.f;
+    b[j] = 0.f;
+    if (i < HALF) {
+      a[j] = static_cast<float>(src[i]);
+      b[j] = static_cast<float>(src[i + HALF]);
+      ss += a[j] * a[j] + b[j] * b[j];
+    }
+  }
+  if (NORM) {
+    const float inv = rsqrtf(bm_warp_sum(ss) / D + __int_as_float(EPS));
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = lane + 32 * j;
+      if (i < HALF) {
+        const float wa = static_cast<float>(is_q ? qw[i] : kw[i]);
+        const float wb = static_cast<float>(is_q ? qw[i + HALF] : kw[i + HALF]);
+        a[j] = static_cast<float>(static_cast<T>(a[j] * inv * wa));
+        b[j] = static_cast<float>(static_cast<T>(b[j] * inv * wb));
+      }
+    }
+  }
+  const float p = static_cast<float>(pos[0] + row);
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    if (i < HALF) {
+      float s, c;
+      sincosf(p * static_cast<float>(freqs[i]), &s, &c);
+      dst[i] = static_cast<T>(a[j] * c - b[j] * s);
+      dst[i + HALF] = static_cast<T>(b[j] * c + a[j] * s);
+    }
+  }
+"#;
+
+/// One query position per (batch, head) over the first `len[0]` cached positions (the last
+/// `WINDOW` of them when `WINDOW > 0`): `out = softmax(q·kᵀ·scale)·v`, with an online softmax
+/// in f32. One block of 8 warps per (batch, query head); warp `w` takes positions `w, w + 8,
+/// ...`; each lane holds `D / 32` consecutive elements of a head vector.
+const DECODE_ATTENTION: &str = r#"
+  constexpr int WARPS = 8;
+  constexpr int E = D / 32;
+  __shared__ float s_m[WARPS];
+  __shared__ float s_l[WARPS];
+  __shared__ float s_acc[WARPS][D];
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  const int bh = blockIdx.x;
+  const int b = bh / HQ, hq = bh % HQ;
+  const int kvh = hq / (HQ / HKV);
+  const int cap = keys_shape[2];
+  int L = static_cast<int>(len[0]);
+  L = L < cap ? L : cap;
+  const int start = (WINDOW > 0 && L > WINDOW) ? L - WINDOW : 0;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const float scale = __int_as_float(SCALE);
+  float qr[E];
+  const T* qp = q + (size_t)bh * D + lane * E;
+#pragma unroll
+  for (int e = 0; e < E; ++e) qr[e] = static_cast<float>(qp[e]) * scale;
+  const size_t base = ((size_t)b * HKV + kvh) * (size_t)cap * D + lane * E;
+  float m = NEG_INF, l = 0.f;
+  float acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.f;
+  for (int t = start + w; t < L; t += WARPS) {
+    const T* kp = keys + base + (size_t)t * D;
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) s += qr[e] * static_cast<float>(kp[e]);
+    s = bm_warp_sum(s);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);
+    const float p = expf(s - m_new);
+    l = l * corr + p;
+    const T* vp = values + base + (size_t)t * D;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] = acc[e] * corr + p * static_cast<float>(vp[e]);
+    m = m_new;
+  }
+  if (lane == 0) {
+    s_m[w] = m;
+    s_l[w] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) s_acc[w][lane * E + e] = acc[e];
+  __syncthreads();
+  float mx = NEG_INF;
+  for (int i = 0; i < WARPS; ++i) mx = fmaxf(mx, s_m[i]);
+  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+    float num = 0.f, den = 0.f;
+    for (int i = 0; i < WARPS; ++i) {
+      const float f = s_m[i] == NEG_INF ? 0.f : expf(s_m[i] - mx);
+      num += f * s_acc[i][j];
+      den += f * s_l[i];
+    }
+    out[(size_t)bh * D + j] = static_cast<T>(num / den);
+  }
+"#;
+
+/// `y = act(gu[:, :I]) · gu[:, I:]` with `act` SiLU, or GELU's tanh form when `GELU`, in f32
+/// and rounded once. One thread per output element.
+const GATED: &str = r#"
+  const size_t rows = gu_shape[0];
+  const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= rows * I) return;
+  const size_t r = idx / I, i = idx % I;
+  const float g = static_cast<float>(gu[r * 2 * I + i]);
+  const float u = static_cast<float>(gu[r * 2 * I + I + i]);
+  float act;
+  if (GELU) {
+    act = 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  } else {
+    act = g / (1.f + expf(-g));
+  }
+  y[idx] = static_cast<T>(act * u);
+"#;
+
+/// The kernels of this thread, made on first use (MLX compiles each on its first launch).
+fn with_kernel<T>(
+    name: &'static str,
+    inputs: &[&str],
+    outputs: &[&str],
+    source: &str,
+    f: impl FnOnce(&CudaKernel) -> T,
+) -> T {
+    thread_local! {
+        static KERNELS: RefCell<HashMap<&'static str, CudaKernel>> = RefCell::new(HashMap::new());
+    }
+    KERNELS.with(|cell| {
+        let mut map = cell.borrow_mut();
+        let kernel = map
+            .entry(name)
+            .or_insert_with(|| CudaKernel::new(name, inputs, outputs, source, HEADER));
+        f(kernel)
+    })
+}
+
+/// Threads per block for a row of `n` values.
+fn row_block(n: usize) -> i32 {
+    match n {
+        0..=1024 => 128,
+        1025..=4096 => 256,
+        _ => 512,
+    }
+}
+
+fn dims_i32(dims: &[usize]) -> Vec<i32> {
+    dims.iter().map(|&d| d as i32).collect()
+}
+
+/// `(x + r, rms_norm(x + r) · w)` over rows of `n` values (`x`, `r`: `[rows, n]`).
+pub(super) fn add_rms_norm(
+    x: &Array,
+    r: &Array,
+    w: &Array,
+    dims: &[usize],
+    eps: f32,
+) -> Result<(Array, Array), MlxError> {
+    let n = *dims.last().expect("at least one axis");
+    let rows: usize = dims[..dims.len() - 1].iter().product();
+    let shape = dims_i32(dims);
+    let dtype = x.dtype();
+    let block = row_block(n);
+    let mut out = with_kernel(
+        "burn_mlx_add_rms_norm",
+        &["x", "r", "w"],
+        &["h", "y"],
+        ADD_RMS_NORM,
+        |k| {
+            k.apply(
+                &[x, r, w],
+                &[(&shape, dtype), (&shape, dtype)],
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("N", n as i32),
+                    TemplateArg::Int("EPS", eps.to_bits() as i32),
+                ],
+                [rows as i32 * block, 1, 1],
+                [block, 1, 1],
+            )
+        },
+    )?;
+    let y = out.pop().expect("two outputs");
+    let h = out.pop().expect("two outputs");
+    Ok((h, y))
+}
+
+/// The query, key and value heads of `qkv` (`[rows, (hq + 2·hkv)·d]`), normed and rotated; see
+/// [`QKV_NORM_ROPE`]. `norms` are the query and key norms' weights.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn qkv_norm_rope(
+    qkv: &Array,
+    [hq, hkv, d]: [usize; 3],
+    norms: Option<(&Array, &Array)>,
+    eps: f32,
+    freqs: &Array,
+    pos: &Array,
+) -> Result<[Array; 3], MlxError> {
+    let rows = qkv.shape()[0] as usize;
+    let dtype = qkv.dtype();
+    // Without norms the weights are not read: the frequencies stand in for them.
+    let (qw, kw) = norms.unwrap_or((freqs, freqs));
+    let warps = rows * (hq + 2 * hkv);
+    let shapes = [
+        dims_i32(&[1, hq, rows, d]),
+        dims_i32(&[1, hkv, rows, d]),
+        dims_i32(&[1, hkv, rows, d]),
+    ];
+    let out = with_kernel(
+        "burn_mlx_qkv_norm_rope",
+        &["qkv", "qw", "kw", "freqs", "pos"],
+        &["q", "k", "v"],
+        QKV_NORM_ROPE,
+        |k| {
+            k.apply(
+                &[qkv, qw, kw, freqs, pos],
+                &[
+                    (&shapes[0], dtype),
+                    (&shapes[1], dtype),
+                    (&shapes[2], dtype),
+                ],
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("HQ", hq as i32),
+                    TemplateArg::Int("HKV", hkv as i32),
+                    TemplateArg::Int("D", d as i32),
+                    TemplateArg::Int("EPS", eps.to_bits() as i32),
+                    TemplateArg::Int("NORM", norms.is_some() as i32),
+                ],
+                [(warps * 32).div_ceil(128) as i32 * 128, 1, 1],
+                [128, 1, 1],
+            )
+        },
+    )?;
+    let mut out = out.into_iter();
+    let mut next = || out.next().expect("three outputs");
+    Ok([next(), next(), next()])
+}
+
+/// Attention of one query position per batch entry and head (`q`: `[b, hq, 1, d]`) over the
+/// first `len` positions of `keys` and `values` (`[b, hkv, capacity, d]`); `[b, hq·d]`.
+pub(super) fn decode_attention(
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+    len: &Array,
+    [b, hq, hkv, d]: [usize; 4],
+    scale: f32,
+    window: usize,
+) -> Result<Array, MlxError> {
+    let dtype = q.dtype();
+    let shape = dims_i32(&[b, hq * d]);
+    with_kernel(
+        "burn_mlx_decode_attention",
+        &["q", "keys", "values", "len"],
+        &["out"],
+        DECODE_ATTENTION,
+        |k| {
+            k.apply(
+                &[q, keys, values, len],
+                &[(&shape, dtype)],
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("HQ", hq as i32),
+                    TemplateArg::Int("HKV", hkv as i32),
+                    TemplateArg::Int("D", d as i32),
+                    TemplateArg::Int("WINDOW", window as i32),
+                    TemplateArg::Int("SCALE", scale.to_bits() as i32),
+                ],
+                [(b * hq) as i32 * 256, 1, 1],
+                [256, 1, 1],
+            )
+        },
+    )
+    .map(|mut out| out.remove(0))
+}
+
+/// `act(gate) · up` of `gu` (`[rows, 2·i]`, gate then up), `[rows, i]`.
+pub(super) fn gated(gu: &Array, gelu: bool) -> Result<Array, MlxError> {
+    let shape = gu.shape();
+    let (rows, i) = (shape[0] as usize, shape[1] as usize / 2);
+    let dtype = gu.dtype();
+    let out_shape = dims_i32(&[rows, i]);
+    let total = rows * i;
+    with_kernel("burn_mlx_gated", &["gu"], &["y"], GATED, |k| {
+        k.apply(
+            &[gu],
+            &[(&out_shape, dtype)],
+            &[
+                TemplateArg::Dtype("T", dtype),
+                TemplateArg::Int("I", i as i32),
+                TemplateArg::Int("GELU", gelu as i32),
+            ],
+            [total.div_ceil(256) as i32 * 256, 1, 1],
+            [256, 1, 1],
+        )
+    })
+    .map(|mut out| out.remove(0))
+}
+
+/// Whether `dtype` is one the kernels take.
+pub(super) fn float_dtype(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
+}

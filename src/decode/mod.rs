@@ -1,0 +1,394 @@
+//! Fused kernels for a decoder's generation step, backend-generic.
+//!
+//! One token of LLM decode touches a few kilobytes per op, so on a GPU its cost is the number of
+//! ops: each is a node the host builds and MLX walks, then a kernel launch. These functions do
+//! the work of several Burn ops each:
+//!
+//! | function | replaces |
+//! |---|---|
+//! | [`add_rms_norm`] | the residual add and the next RMS norm (both results) |
+//! | [`qkv_heads`] | the split of a fused QKV projection, its reshapes, the query/key RMS norms and RoPE |
+//! | [`decode_attention`] | the slice of the cache's filled prefix (or the mask of a fixed-shape step) and attention |
+//! | [`gated`] | the split of a fused gate/up projection and SwiGLU (or GeGLU) |
+//!
+//! On [`Mlx`](crate::Mlx)'s CUDA device each is one MLX custom kernel (one primitive, one
+//! launch; `src/decode/cuda.rs`), compiled by MLX on its first use in a process. Everywhere
+//! else (MLX's CPU, Metal, other backends, `Autodiff`, and inside a traced function) they are
+//! composed from Burn ops and burn-mlx's other fused ops, with the same results within the
+//! dtype's rounding. `BURN_MLX_DECODE_KERNELS=0` (or [`set_kernels`]) selects the composed path on
+//! CUDA too.
+//!
+//! Positions and lengths come as [`At`]: a host integer, or an integer tensor on the device,
+//! which a traced fixed-shape step reads at run time.
+
+mod cuda;
+
+use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, swiglu, RotaryEmbedding};
+use crate::interop::to_mlx;
+use crate::tensor::{MlxTensor, OrPanic};
+use crate::MlxDevice;
+use burn_tensor::backend::Backend;
+use burn_tensor::module::attention;
+use burn_tensor::ops::AttentionModuleOptions;
+use burn_tensor::{Int, Tensor, TensorData};
+use mlx_rs::Array;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// A position or a length: known on the host, or held by a one-element integer tensor.
+#[derive(Debug, Clone)]
+pub enum At<B: Backend> {
+    /// Known on the host.
+    Host(usize),
+    /// `[1]`, on the device: read by the kernels (or the composed ops) at run time.
+    Device(Tensor<B, 1, Int>),
+}
+
+impl<B: Backend> At<B> {
+    /// `self + n`.
+    pub fn plus(&self, n: usize) -> Self {
+        match self {
+            At::Host(v) => At::Host(v + n),
+            At::Device(t) => At::Device(t.clone() + n as i64),
+        }
+    }
+
+    /// The value as an MLX integer array `[1]` (created from the host value when there is one).
+    fn array(&self) -> Array {
+        match self {
+            At::Host(v) => Array::from_slice(&[*v as i32], &[1]),
+            At::Device(t) => {
+                to_mlx(t.clone())
+                    .unwrap_or_else(|_| unreachable!("called only when B is Mlx"))
+                    .array
+            }
+        }
+    }
+}
+
+/// 0: not read yet; 1: off; 2: on.
+static KERNELS: AtomicU8 = AtomicU8::new(0);
+
+/// Whether the CUDA kernels run where they can (on by default; `BURN_MLX_DECODE_KERNELS=0` turns
+/// them off).
+pub fn kernels() -> bool {
+    match KERNELS.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var("BURN_MLX_DECODE_KERNELS").map_or(true, |v| v != "0");
+            KERNELS.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+        v => v == 2,
+    }
+}
+
+/// Turns the CUDA kernels on or off for the process (the composed path is used when off).
+pub fn set_kernels(on: bool) {
+    KERNELS.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// Whether the kernels can run for `t`: a float MLX tensor on the CUDA device, outside a trace.
+fn on_cuda(t: &MlxTensor) -> bool {
+    cfg!(target_os = "linux")
+        && t.device == MlxDevice::Gpu
+        && t.quant.is_none()
+        && kernels()
+        && !crate::trace::is_tracing()
+        && cuda::float_dtype(t.array.dtype())
+}
+
+/// The MLX tensor behind `x` when the kernels can run for it; `x` back otherwise.
+fn kernel_input<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<MlxTensor, Tensor<B, D>> {
+    match float_on_mlx(x) {
+        Ok(t) if on_cuda(&t) => Ok(t),
+        Ok(t) => Err(float_from_mlx(t)),
+        Err(x) => Err(x),
+    }
+}
+
+/// The MLX array behind a float tensor of the same backend as a kernel input.
+fn array_of<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Array {
+    float_on_mlx(t.clone())
+        .unwrap_or_else(|_| unreachable!("same backend as the kernel input"))
+        .array
+}
+
+/// `h = x + residual` and `rms_norm(h, weight, eps)` (see [`crate::fast::rms_norm`]): a
+/// pre-norm block's residual connection and the norm of the next block, as `(h, normed)`.
+///
+/// # Panics
+///
+/// When `x` and `residual` differ in shape, or `weight` is not as long as their last axis.
+pub fn add_rms_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    residual: Tensor<B, D>,
+    weight: Tensor<B, 1>,
+    eps: f64,
+) -> (Tensor<B, D>, Tensor<B, D>) {
+    let dims = x.dims();
+    assert_eq!(
+        dims,
+        residual.dims(),
+        "add_rms_norm: x is {dims:?}, residual {:?}; they must have one shape",
+        residual.dims()
+    );
+    assert_eq!(
+        weight.dims()[0],
+        dims[D - 1],
+        "add_rms_norm: weight has {} values, the rows {}",
+        weight.dims()[0],
+        dims[D - 1]
+    );
+    let x = match kernel_input(x) {
+        Ok(t) if t.array.dtype() == array_of(&residual).dtype() => {
+            let (r, w) = (array_of(&residual), array_of(&weight));
+            let (h, y) = t
+                .device
+                .scope(|| cuda::add_rms_norm(&t.array, &r, &w, &dims, eps as f32))
+                .or_panic("add_rms_norm", &[&t.array, &r]);
+            return (float_from_mlx(t.with(h)), float_from_mlx(t.with(y)));
+        }
+        Ok(t) => float_from_mlx(t),
+        Err(x) => x,
+    };
+    let h = x + residual;
+    (h.clone(), rms_norm(h, weight, eps))
+}
+
+/// The head layout of a fused QKV projection's output: `heads` query heads, then `kv_heads`
+/// key heads, then `kv_heads` value heads, each `head_dim` wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QkvLayout {
+    /// Query heads.
+    pub heads: usize,
+    /// Key (and value) heads.
+    pub kv_heads: usize,
+    /// Size of a head.
+    pub head_dim: usize,
+}
+
+impl QkvLayout {
+    /// `(heads + 2 · kv_heads) · head_dim`, the width of the fused projection's output.
+    pub fn width(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+}
+
+/// Splits `qkv` (`[seq, width]`, one sequence whose positions start at `offset`) into query, key
+/// and value heads, `[1, heads, seq, head_dim]` each; normalizes each query and key head with
+/// `norms` (RMS norm with the query and key weights, `[head_dim]`, as Qwen3 and Gemma 3 do) and
+/// rotates them with `rope`.
+///
+/// # Panics
+///
+/// When `qkv`'s width is not `layout.width()`, or `rope` is for another head size.
+pub fn qkv_heads<B: Backend>(
+    qkv: Tensor<B, 2>,
+    layout: QkvLayout,
+    norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
+    eps: f64,
+    rope: &RotaryEmbedding<B>,
+    offset: &At<B>,
+) -> [Tensor<B, 4>; 3] {
+    let [seq, width] = qkv.dims();
+    let QkvLayout {
+        heads: hq,
+        kv_heads: hkv,
+        head_dim: d,
+    } = layout;
+    assert_eq!(
+        width,
+        layout.width(),
+        "qkv_heads: the projection is {width} wide, the layout ({hq} + 2·{hkv} heads of {d}) \
+         needs {}",
+        layout.width()
+    );
+    assert_eq!(
+        rope.head_dim(),
+        d,
+        "qkv_heads: the rotary embedding is for heads of {}, the layout's are {d}",
+        rope.head_dim()
+    );
+    let qkv = match kernel_input(qkv) {
+        Ok(t) => {
+            let norm_arrays = norms.map(|(q, k)| (array_of(q), array_of(k)));
+            let freqs = array_of(rope.inverse_frequencies());
+            let pos = offset.array();
+            let out = t
+                .device
+                .scope(|| {
+                    cuda::qkv_norm_rope(
+                        &t.array,
+                        [hq, hkv, d],
+                        norm_arrays.as_ref().map(|(q, k)| (q, k)),
+                        eps as f32,
+                        &freqs,
+                        &pos,
+                    )
+                })
+                .or_panic("qkv_heads", &[&t.array]);
+            return out.map(|a| float_from_mlx(t.with(a)));
+        }
+        Err(qkv) => qkv,
+    };
+    let heads_first = |t: Tensor<B, 2>, heads: usize| {
+        if seq == 1 {
+            t.reshape([1, heads, 1, d])
+        } else {
+            t.reshape([1, seq, heads, d]).swap_dims(1, 2)
+        }
+    };
+    let q = heads_first(qkv.clone().narrow(1, 0, hq * d), hq);
+    let k = heads_first(qkv.clone().narrow(1, hq * d, hkv * d), hkv);
+    let v = heads_first(qkv.narrow(1, (hq + hkv) * d, hkv * d), hkv);
+    let (q, k) = match norms {
+        Some((qw, kw)) => (rms_norm(q, qw.clone(), eps), rms_norm(k, kw.clone(), eps)),
+        None => (q, k),
+    };
+    let (q, k) = match offset {
+        At::Host(o) => (rope.apply(q, *o), rope.apply(k, *o)),
+        At::Device(o) => (rope.apply_at(q, o.clone()), rope.apply_at(k, o.clone())),
+    };
+    [q, k, v]
+}
+
+/// Attention of one query position per sequence (`q`: `[batch, heads, 1, head_dim]`) over the
+/// first `len` positions of a key/value cache (`keys`, `values`: `[batch, kv_heads, capacity,
+/// head_dim]`, `heads` a multiple of `kv_heads`), or over the last `window` of them: a decode
+/// step's attention, whose query is the newest position. Returns `[batch, heads · head_dim]`.
+///
+/// With a device `len`, the shapes do not depend on it, so a traced step serves every position.
+///
+/// # Panics
+///
+/// When the shapes do not fit together, or a host `len` is 0 or more than the capacity.
+pub fn decode_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    keys: Tensor<B, 4>,
+    values: Tensor<B, 4>,
+    len: &At<B>,
+    scale: f64,
+    window: Option<usize>,
+) -> Tensor<B, 2> {
+    let [b, hq, s, d] = q.dims();
+    let [kb, hkv, cap, kd] = keys.dims();
+    assert!(
+        s == 1 && kb == b && kd == d && hkv > 0 && hq % hkv == 0 && values.dims() == keys.dims(),
+        "decode_attention: q {:?} (one position), keys {:?} and values {:?} (same batch and head \
+         size, query heads a multiple of key heads) do not fit",
+        q.dims(),
+        keys.dims(),
+        values.dims()
+    );
+    if let At::Host(n) = len {
+        assert!(
+            *n >= 1 && *n <= cap,
+            "decode_attention: length {n} is outside the cache's 1..={cap} positions"
+        );
+    }
+    let q = match kernel_input(q) {
+        Ok(t) if d % 32 == 0 && d <= 256 => {
+            let (k, v) = (array_of(&keys), array_of(&values));
+            let n = len.array();
+            let out = t
+                .device
+                .scope(|| {
+                    cuda::decode_attention(
+                        &t.array,
+                        &k,
+                        &v,
+                        &n,
+                        [b, hq, hkv, d],
+                        scale as f32,
+                        window.unwrap_or(0),
+                    )
+                })
+                .or_panic("decode_attention", &[&t.array, &k]);
+            return float_from_mlx(t.with(out));
+        }
+        Ok(t) => float_from_mlx(t),
+        Err(q) => q,
+    };
+    let groups = hq / hkv;
+    let options = AttentionModuleOptions {
+        scale: Some(scale),
+        softcap: None,
+        is_causal: false,
+    };
+    // The query heads that share a key head are folded into the query axis: no copy of the
+    // cache, no mask between them.
+    let folded = q.reshape([b, hkv, groups, d]);
+    let out = match len {
+        At::Host(n) => {
+            let start = window.map_or(0, |w| n.saturating_sub(w));
+            let k = keys.narrow(2, start, n - start);
+            let v = values.narrow(2, start, n - start);
+            attention(folded, k, v, None, None, options)
+        }
+        At::Device(n) => {
+            let device = keys.device();
+            let positions = Tensor::<B, 1, Int>::arange(0..cap as i64, &device).unsqueeze::<2>();
+            let n = n.clone().unsqueeze::<2>().expand([1, cap]);
+            let mut hidden = positions.clone().greater_equal(n.clone());
+            if let Some(w) = window {
+                hidden = hidden.bool_or((positions + w as i64).lower(n));
+            }
+            let bias = Tensor::<B, 2>::zeros([1, cap], (&device, keys.dtype()))
+                .mask_fill(hidden, f32::NEG_INFINITY)
+                .reshape([1, 1, 1, cap])
+                .expand([b, hkv, groups, cap]);
+            attention(folded, keys, values, None, Some(bias), options)
+        }
+    };
+    out.reshape([b, hq * d])
+}
+
+/// The activation of a gated MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// `silu(gate) · up` (Llama, Qwen).
+    Silu,
+    /// `gelu_tanh(gate) · up` (Gemma).
+    GeluTanh,
+}
+
+/// `act(gate) · up` for `gate_up` (`[rows, 2·i]`: the gate's `i` columns, then the up
+/// projection's), the output of a fused gate/up projection; `[rows, i]`.
+///
+/// # Panics
+///
+/// When `gate_up`'s width is odd.
+pub fn gated<B: Backend>(gate_up: Tensor<B, 2>, gate: Gate) -> Tensor<B, 2> {
+    let [_, width] = gate_up.dims();
+    assert!(
+        width % 2 == 0,
+        "gated: the gate/up projection's width {width} is odd"
+    );
+    let i = width / 2;
+    let gate_up = match kernel_input(gate_up) {
+        Ok(t) => {
+            let out = t
+                .device
+                .scope(|| cuda::gated(&t.array, gate == Gate::GeluTanh))
+                .or_panic("gated", &[&t.array]);
+            return float_from_mlx(t.with(out));
+        }
+        Err(x) => x,
+    };
+    let (g, up) = (gate_up.clone().narrow(1, 0, i), gate_up.narrow(1, i, i));
+    match gate {
+        Gate::Silu => swiglu(g, up),
+        Gate::GeluTanh => gelu_tanh(g) * up,
+    }
+}
+
+/// GELU in its tanh form: `x/2 · (1 + tanh(sqrt(2/π) · (x + 0.044715 x³)))`.
+pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let inner =
+        (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
+    x * (inner.tanh() + 1.0) * 0.5
+}
+
+/// A one-element integer tensor holding `value`, for [`At::Device`].
+pub fn position_tensor<B: Backend>(value: usize, device: &B::Device) -> Tensor<B, 1, Int> {
+    Tensor::from_data(TensorData::new(vec![value as i64], [1]), device)
+}

@@ -1,0 +1,273 @@
+//! `burn_mlx::decode`'s fused decode ops against references composed from Burn ops on
+//! burn-ndarray in f32, on random inputs: f32, bf16 and f16; head sizes 64 and 128; 1, 2 and 4
+//! query heads per key head; cache lengths 1, 255, 256 and 2,047, with and without a sliding
+//! window.
+//!
+//! They run on the GPU when this build has one (the CUDA kernels), otherwise on MLX's CPU (the
+//! composed path the other platforms take).
+
+use burn_mlx::decode::{self, At, Gate, QkvLayout};
+use burn_mlx::fast::RotaryEmbedding;
+use burn_mlx::{Mlx, MlxDevice};
+use burn_ndarray::{NdArray, NdArrayDevice};
+use burn_tensor::activation::{sigmoid, softmax};
+use burn_tensor::{DType, Int, Tensor, TensorData};
+
+type R = NdArray<f32>;
+
+fn device() -> MlxDevice {
+    if MlxDevice::gpu_available() {
+        MlxDevice::Gpu
+    } else {
+        MlxDevice::Cpu
+    }
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A tensor of `dtype` on the test device, and the same values (rounded to `dtype`) in f32 on
+/// burn-ndarray.
+fn pair<const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    dtype: DType,
+    scale: f32,
+) -> (Tensor<Mlx, D>, Tensor<R, D>) {
+    let n = shape.iter().product();
+    let v: Vec<f32> = values(n, seed).into_iter().map(|x| x * scale).collect();
+    let t = Tensor::<Mlx, D>::from_data(TensorData::new(v, shape), &device()).cast(dtype);
+    let rounded = t.clone().cast(DType::F32).into_data();
+    (t, Tensor::from_data(rounded, &NdArrayDevice::Cpu))
+}
+
+fn f32_rows<const D: usize>(t: Tensor<Mlx, D>) -> Vec<f32> {
+    t.cast(DType::F32).into_data().to_vec::<f32>().unwrap()
+}
+
+fn check(label: &str, got: Vec<f32>, want: Vec<f32>, tol: f32) {
+    assert_eq!(got.len(), want.len(), "{label}: lengths");
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| {
+            assert!(a.is_finite(), "{label}: {a}");
+            (a - b).abs() / (1.0 + b.abs())
+        })
+        .fold(0f32, f32::max);
+    assert!(
+        worst <= tol,
+        "{label}: largest difference {worst:.3e} > {tol:.1e}"
+    );
+}
+
+const DTYPES: [(DType, f32); 3] = [(DType::F32, 2e-5), (DType::BF16, 2e-2), (DType::F16, 4e-3)];
+
+fn rms_norm_ref<const D: usize>(x: Tensor<R, D>, w: Tensor<R, 1>, eps: f64) -> Tensor<R, D> {
+    let ms = x.clone().square().mean_dim(D - 1);
+    x / (ms + eps).sqrt() * w.unsqueeze::<D>()
+}
+
+#[test]
+fn add_rms_norm_matches_the_composed_ops() {
+    for (dtype, tol) in DTYPES {
+        for n in [64, 1024, 3072] {
+            for rows in [1, 7] {
+                let (x, xr) = pair([rows, n], 1, dtype, 2.0);
+                let (r, rr) = pair([rows, n], 2, dtype, 2.0);
+                let (w, wr) = pair([n], 3, dtype, 1.0);
+                let (h, y) = decode::add_rms_norm(x, r, w, 1e-6);
+                let href = xr + rr;
+                let label = format!("add_rms_norm {dtype:?} [{rows}, {n}]");
+                check(
+                    &label,
+                    f32_rows(h),
+                    href.clone().into_data().to_vec().unwrap(),
+                    tol,
+                );
+                let yref = rms_norm_ref(href, wr, 1e-6);
+                check(
+                    &label,
+                    f32_rows(y),
+                    yref.into_data().to_vec().unwrap(),
+                    2.0 * tol,
+                );
+            }
+        }
+    }
+}
+
+/// Rotate-half RoPE of `x` (`[1, heads, seq, d]`) at positions `offset..`, in f32.
+fn rope_ref(x: Tensor<R, 4>, freqs: &[f64], offset: usize) -> Tensor<R, 4> {
+    let [_, _, seq, d] = x.dims();
+    let half = d / 2;
+    let dev = NdArrayDevice::Cpu;
+    let angles: Vec<f32> = (0..seq)
+        .flat_map(|p| freqs.iter().map(move |f| ((offset + p) as f64 * f) as f32))
+        .collect();
+    let a = Tensor::<R, 2>::from_data(TensorData::new(angles, [seq, half]), &dev);
+    let (cos, sin) = (
+        a.clone().cos().reshape([1, 1, seq, half]),
+        a.sin().reshape([1, 1, seq, half]),
+    );
+    let x1 = x.clone().narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    Tensor::cat(
+        vec![
+            x1.clone() * cos.clone() - x2.clone() * sin.clone(),
+            x2 * cos + x1 * sin,
+        ],
+        3,
+    )
+}
+
+#[test]
+fn qkv_heads_match_the_composed_ops() {
+    for (dtype, tol) in DTYPES {
+        for d in [64, 128] {
+            for (hq, hkv) in [(4, 4), (4, 2), (8, 2)] {
+                for (seq, offset) in [(1, 0), (1, 300), (5, 2040)] {
+                    for norm in [false, true] {
+                        let layout = QkvLayout {
+                            heads: hq,
+                            kv_heads: hkv,
+                            head_dim: d,
+                        };
+                        let (qkv, qkv_r) = pair([seq, layout.width()], 4, dtype, 2.0);
+                        let (qw, qw_r) = pair([d], 5, dtype, 1.0);
+                        let (kw, kw_r) = pair([d], 6, dtype, 1.0);
+                        let freqs: Vec<f64> = (0..d / 2)
+                            .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
+                            .collect();
+                        let rope = RotaryEmbedding::<Mlx>::new(&freqs, &device());
+                        let norms = norm.then_some((&qw, &kw));
+                        let [q, k, v] =
+                            decode::qkv_heads(qkv, layout, norms, 1e-6, &rope, &At::Host(offset));
+                        let heads =
+                            |t: Tensor<R, 2>, n: usize| t.reshape([1, seq, n, d]).swap_dims(1, 2);
+                        let qr = heads(qkv_r.clone().narrow(1, 0, hq * d), hq);
+                        let kr = heads(qkv_r.clone().narrow(1, hq * d, hkv * d), hkv);
+                        let vr = heads(qkv_r.narrow(1, (hq + hkv) * d, hkv * d), hkv);
+                        let (qr, kr) = if norm {
+                            (
+                                rms_norm_ref(qr, qw_r.clone(), 1e-6),
+                                rms_norm_ref(kr, kw_r.clone(), 1e-6),
+                            )
+                        } else {
+                            (qr, kr)
+                        };
+                        let label = format!(
+                            "qkv_heads {dtype:?} d {d} heads {hq}/{hkv} seq {seq} at {offset} norm {norm}"
+                        );
+                        // Positions up to 2,045 turn angles by up to 2,045 radians: f32's
+                        // rounding of the angle costs about 1e-4.
+                        let tol = tol.max(4e-4) * 2.0;
+                        let want = |t: Tensor<R, 4>| t.into_data().to_vec::<f32>().unwrap();
+                        check(&label, f32_rows(q), want(rope_ref(qr, &freqs, offset)), tol);
+                        check(&label, f32_rows(k), want(rope_ref(kr, &freqs, offset)), tol);
+                        check(&label, f32_rows(v), want(vr), 0.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_attention_matches_the_composed_ops() {
+    for (dtype, tol) in DTYPES {
+        for d in [64, 128] {
+            for (hq, hkv) in [(4, 4), (4, 2), (8, 2)] {
+                for len in [1, 255, 256, 2047] {
+                    for window in [None, Some(100)] {
+                        let cap = 2048;
+                        let (q, q_r) = pair([1, hq, 1, d], 7, dtype, 1.0);
+                        let (k, k_r) = pair([1, hkv, cap, d], 8, dtype, 1.0);
+                        let (v, v_r) = pair([1, hkv, cap, d], 9, dtype, 1.0);
+                        let scale = 1.0 / (d as f64).sqrt();
+                        let label = format!(
+                            "decode_attention {dtype:?} d {d} heads {hq}/{hkv} len {len} window {window:?}"
+                        );
+                        let host = decode::decode_attention(
+                            q.clone(),
+                            k.clone(),
+                            v.clone(),
+                            &At::Host(len),
+                            scale,
+                            window,
+                        );
+                        let at = Tensor::<Mlx, 1, Int>::from_ints([len as i32], &device());
+                        let dev = decode::decode_attention(q, k, v, &At::Device(at), scale, window);
+                        let start = window.map_or(0, |w| len.saturating_sub(w));
+                        let groups = hq / hkv;
+                        let k_r = k_r.narrow(2, start, len - start);
+                        let v_r = v_r.narrow(2, start, len - start);
+                        let q_r = q_r.reshape([1, hkv, groups, d]);
+                        let scores = q_r.matmul(k_r.swap_dims(2, 3)) * scale;
+                        let want = softmax(scores, 3).matmul(v_r).reshape([1, hq * d]);
+                        let want = want.into_data().to_vec::<f32>().unwrap();
+                        check(&label, f32_rows(host), want.clone(), tol);
+                        check(&format!("{label}, device length"), f32_rows(dev), want, tol);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gated_activations_match_the_composed_ops() {
+    for (dtype, tol) in DTYPES {
+        for (rows, i) in [(1, 3072), (6, 640)] {
+            for gate in [Gate::Silu, Gate::GeluTanh] {
+                let (gu, gu_r) = pair([rows, 2 * i], 10, dtype, 4.0);
+                let y = decode::gated(gu, gate);
+                let (g, u) = (gu_r.clone().narrow(1, 0, i), gu_r.narrow(1, i, i));
+                let act = match gate {
+                    Gate::Silu => g.clone() * sigmoid(g),
+                    Gate::GeluTanh => decode::gelu_tanh(g),
+                };
+                let want = (act * u).into_data().to_vec::<f32>().unwrap();
+                check(
+                    &format!("gated {dtype:?} {gate:?} [{rows}, {i}]"),
+                    f32_rows(y),
+                    want,
+                    2.0 * tol,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "decode_attention: length 0 is outside")]
+fn decode_attention_rejects_an_empty_length() {
+    let q = Tensor::<Mlx, 4>::zeros([1, 2, 1, 64], &device());
+    let k = Tensor::<Mlx, 4>::zeros([1, 2, 8, 64], &device());
+    decode::decode_attention(q, k.clone(), k, &At::Host(0), 0.125, None);
+}
+
+#[test]
+#[should_panic(expected = "qkv_heads: the projection is 100 wide")]
+fn qkv_heads_rejects_a_wrong_width() {
+    let x = Tensor::<Mlx, 2>::zeros([1, 100], &device());
+    let rope = RotaryEmbedding::<Mlx>::new(&[1.0; 32], &device());
+    let layout = QkvLayout {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+    };
+    decode::qkv_heads(x, layout, None, 1e-6, &rope, &At::Host(0));
+}
