@@ -118,10 +118,13 @@ const QKV_NORM_ROPE: &str = r#"
 
 /// One query position per (batch, head) over the first `len[0]` cached positions (the last
 /// `WINDOW` of them when `WINDOW > 0`): `out = softmax(q·kᵀ·scale)·v`, with an online softmax
-/// in f32. One block of 8 warps per (batch, query head); warp `w` takes positions `w, w + 8,
-/// ...`; each lane holds `D / 32` consecutive elements of a head vector.
+/// in f32. One block of 16 warps per (batch, query head); warp `w` takes positions in runs of
+/// `U` (`w·U ..`, then `16·U` further), so that `U` keys and values are loaded at once; each
+/// lane holds `D / 32` consecutive elements of a head vector. The warps' partial results are
+/// combined through shared memory.
 const DECODE_ATTENTION: &str = r#"
-  constexpr int WARPS = 8;
+  constexpr int WARPS = 16;
+  constexpr int U = 4;
   constexpr int E = D / 32;
   __shared__ float s_m[WARPS];
   __shared__ float s_l[WARPS];
@@ -145,19 +148,38 @@ const DECODE_ATTENTION: &str = r#"
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.f;
-  for (int t = start + w; t < L; t += WARPS) {
-    const T* kp = keys + base + (size_t)t * D;
-    float s = 0.f;
+  for (int t0 = start + w * U; t0 < L; t0 += WARPS * U) {
+    float s[U];
 #pragma unroll
-    for (int e = 0; e < E; ++e) s += qr[e] * static_cast<float>(kp[e]);
-    s = bm_warp_sum(s);
-    const float m_new = fmaxf(m, s);
+    for (int u = 0; u < U; ++u) {
+      s[u] = 0.f;
+      if (t0 + u < L) {
+        const T* kp = keys + base + (size_t)(t0 + u) * D;
+#pragma unroll
+        for (int e = 0; e < E; ++e) s[u] += qr[e] * static_cast<float>(kp[e]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) s[u] = bm_warp_sum(s[u]);
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (t0 + u < L) m_new = fmaxf(m_new, s[u]);
+    }
     const float corr = expf(m - m_new);
-    const float p = expf(s - m_new);
-    l = l * corr + p;
-    const T* vp = values + base + (size_t)t * D;
+    l *= corr;
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] = acc[e] * corr + p * static_cast<float>(vp[e]);
+    for (int e = 0; e < E; ++e) acc[e] *= corr;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (t0 + u < L) {
+        const float p = expf(s[u] - m_new);
+        l += p;
+        const T* vp = values + base + (size_t)(t0 + u) * D;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] += p * static_cast<float>(vp[e]);
+      }
+    }
     m = m_new;
   }
   if (lane == 0) {
@@ -350,8 +372,8 @@ pub(super) fn decode_attention(
                     TemplateArg::Int("WINDOW", window as i32),
                     TemplateArg::Int("SCALE", scale.to_bits() as i32),
                 ],
-                [(b * hq) as i32 * 256, 1, 1],
-                [256, 1, 1],
+                [(b * hq) as i32 * 512, 1, 1],
+                [512, 1, 1],
             )
         },
     )

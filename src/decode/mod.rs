@@ -52,10 +52,28 @@ impl<B: Backend> At<B> {
         }
     }
 
-    /// The value as an MLX integer array `[1]` (created from the host value when there is one).
+    /// The value as an MLX integer array `[1]`. A host value's array is made once and reused
+    /// while it is among the last few values asked for: every layer of a decode step reads the
+    /// same position, and an array made from host memory costs the device a copy before its
+    /// first use.
     fn array(&self) -> Array {
         match self {
-            At::Host(v) => Array::from_slice(&[*v as i32], &[1]),
+            At::Host(v) => {
+                thread_local! {
+                    static RECENT: std::cell::RefCell<Vec<(usize, Array)>> =
+                        const { std::cell::RefCell::new(Vec::new()) };
+                }
+                RECENT.with(|cell| {
+                    let mut recent = cell.borrow_mut();
+                    if let Some((_, a)) = recent.iter().find(|(k, _)| k == v) {
+                        return a.clone();
+                    }
+                    let a = Array::from_slice(&[*v as i32], &[1]);
+                    recent.insert(0, (*v, a.clone()));
+                    recent.truncate(4);
+                    a
+                })
+            }
             At::Device(t) => {
                 to_mlx(t.clone())
                     .unwrap_or_else(|_| unreachable!("called only when B is Mlx"))

@@ -10,6 +10,8 @@
 use super::init;
 use crate::error::MlxError;
 use mlx_rs::{Array, Dtype, Stream};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::CString;
 
 /// A compile-time argument of a kernel: a type name bound to a dtype's CUDA type, or an `int`.
@@ -25,6 +27,9 @@ pub(crate) enum TemplateArg {
 pub(crate) struct CudaKernel {
     handle: mlx_sys::mlx_fast_cuda_kernel,
     name: String,
+    /// The launch configurations made so far, by their outputs, template arguments and grid: a
+    /// decode step launches each kernel with the same few, once per layer.
+    configs: RefCell<HashMap<Vec<i64>, mlx_sys::mlx_fast_cuda_kernel_config>>,
 }
 
 impl CudaKernel {
@@ -76,6 +81,7 @@ impl CudaKernel {
         Self {
             handle,
             name: name.to_string(),
+            configs: RefCell::new(HashMap::new()),
         }
     }
 
@@ -96,63 +102,42 @@ impl CudaKernel {
             )
         };
         let stream = Stream::thread_local_or_default();
-        let names: Vec<CString> = template
-            .iter()
-            .map(|t| match t {
-                TemplateArg::Dtype(n, _) | TemplateArg::Int(n, _) => {
-                    CString::new(*n).expect("template names have no NUL")
-                }
-            })
-            .collect();
-        // SAFETY: the kernel handle is live (owned by `self`); the config, the input vector and
-        // the output vector are created and freed here; the input arrays are live for the call;
+        let mut key: Vec<i64> = Vec::with_capacity(32);
+        for (shape, dtype) in outputs {
+            key.push(*dtype as i64);
+            key.push(shape.len() as i64);
+            key.extend(shape.iter().map(|&d| d as i64));
+        }
+        for arg in template {
+            match arg {
+                TemplateArg::Dtype(_, d) => key.extend([0, *d as i64]),
+                TemplateArg::Int(_, v) => key.extend([1, *v as i64]),
+            }
+        }
+        key.extend(grid.iter().chain(&block).map(|&g| g as i64));
+        let mut configs = self.configs.borrow_mut();
+        let config = match configs.get(&key) {
+            Some(config) => *config,
+            None => {
+                let config = make_config(outputs, template, grid, block).ok_or_else(fail)?;
+                configs.insert(key, config);
+                config
+            }
+        };
+        // SAFETY: the kernel handle and the config are live (owned by `self`); the input and
+        // output vectors are created and freed here; the input arrays are live for the call;
         // each output array is copied into a handle owned by the returned `Array`.
         unsafe {
-            let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
-            let mut ok = true;
-            for (shape, dtype) in outputs {
-                ok &= mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                    config,
-                    shape.as_ptr(),
-                    shape.len(),
-                    *dtype as mlx_sys::mlx_dtype,
-                ) == 0;
-            }
-            for (arg, name) in template.iter().zip(&names) {
-                ok &= match arg {
-                    TemplateArg::Dtype(_, d) => {
-                        mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
-                            config,
-                            name.as_ptr(),
-                            *d as mlx_sys::mlx_dtype,
-                        )
-                    }
-                    TemplateArg::Int(_, v) => {
-                        mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
-                            config,
-                            name.as_ptr(),
-                            *v,
-                        )
-                    }
-                } == 0;
-            }
-            ok &= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, grid[0], grid[1], grid[2])
-                == 0;
-            ok &= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(
-                config, block[0], block[1], block[2],
-            ) == 0;
             let handles: Vec<mlx_sys::mlx_array> = inputs.iter().map(|a| a.as_ptr()).collect();
             let vin = mlx_sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len());
             let mut vout = mlx_sys::mlx_vector_array_new();
-            if ok {
-                ok = mlx_sys::mlx_fast_cuda_kernel_apply(
-                    &mut vout,
-                    self.handle,
-                    vin,
-                    config,
-                    stream.as_ptr(),
-                ) == 0;
-            }
+            let ok = mlx_sys::mlx_fast_cuda_kernel_apply(
+                &mut vout,
+                self.handle,
+                vin,
+                config,
+                stream.as_ptr(),
+            ) == 0;
             let mut arrays = Vec::new();
             if ok {
                 let n = mlx_sys::mlx_vector_array_size(vout);
@@ -164,7 +149,6 @@ impl CudaKernel {
             }
             mlx_sys::mlx_vector_array_free(vout);
             mlx_sys::mlx_vector_array_free(vin);
-            mlx_sys::mlx_fast_cuda_kernel_config_free(config);
             if ok && arrays.len() == outputs.len() {
                 Ok(arrays)
             } else {
@@ -174,10 +158,73 @@ impl CudaKernel {
     }
 }
 
+/// A launch configuration: the outputs' shapes and dtypes, the template arguments, the grid and
+/// the block; `None` when mlx-c rejects a part of it.
+fn make_config(
+    outputs: &[(&[i32], Dtype)],
+    template: &[TemplateArg],
+    grid: [i32; 3],
+    block: [i32; 3],
+) -> Option<mlx_sys::mlx_fast_cuda_kernel_config> {
+    let names: Vec<CString> = template
+        .iter()
+        .map(|t| match t {
+            TemplateArg::Dtype(n, _) | TemplateArg::Int(n, _) => {
+                CString::new(*n).expect("template names have no NUL")
+            }
+        })
+        .collect();
+    // SAFETY: the config is created here and either returned (its owner frees it) or freed;
+    // the shapes and names outlive the calls, and mlx-c copies them.
+    unsafe {
+        let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
+        let mut ok = true;
+        for (shape, dtype) in outputs {
+            ok &= mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                config,
+                shape.as_ptr(),
+                shape.len(),
+                *dtype as mlx_sys::mlx_dtype,
+            ) == 0;
+        }
+        for (arg, name) in template.iter().zip(&names) {
+            ok &= match arg {
+                TemplateArg::Dtype(_, d) => {
+                    mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
+                        config,
+                        name.as_ptr(),
+                        *d as mlx_sys::mlx_dtype,
+                    )
+                }
+                TemplateArg::Int(_, v) => {
+                    mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
+                        config,
+                        name.as_ptr(),
+                        *v,
+                    )
+                }
+            } == 0;
+        }
+        ok &= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, grid[0], grid[1], grid[2]) == 0;
+        ok &= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(
+            config, block[0], block[1], block[2],
+        ) == 0;
+        if ok {
+            Some(config)
+        } else {
+            mlx_sys::mlx_fast_cuda_kernel_config_free(config);
+            None
+        }
+    }
+}
+
 impl Drop for CudaKernel {
     fn drop(&mut self) {
-        // SAFETY: the handle was made by `mlx_fast_cuda_kernel_new` and is freed once.
+        // SAFETY: the handle and each config were made by mlx-c and are freed once.
         unsafe {
+            for (_, config) in self.configs.borrow_mut().drain() {
+                mlx_sys::mlx_fast_cuda_kernel_config_free(config);
+            }
             mlx_sys::mlx_fast_cuda_kernel_free(self.handle);
         }
     }
