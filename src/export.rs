@@ -55,7 +55,7 @@ use crate::error::MlxError;
 use crate::interop::{from_mlx, to_mlx};
 use crate::native::export::{self as native, ImportedFunction};
 use crate::tensor::MlxTensor;
-use crate::trace::{check_not_tracing, TraceGuard};
+use crate::trace::{check_not_tracing, ExportGuard};
 use burn_tensor::{BasicOps, Tensor, TensorKind};
 use mlx_rs::Array;
 use std::cell::RefCell;
@@ -268,7 +268,7 @@ where
     let device = check_inputs("export", &lists)?;
     let failure: RefCell<Option<MlxError>> = RefCell::new(None);
     let mut traced = |arrays: Vec<Array>| -> Result<Vec<Array>, ()> {
-        let _tracing = TraceGuard::enter();
+        let _tracing = ExportGuard::enter();
         let inputs: Vec<MlxTensor> = arrays
             .into_iter()
             .map(|a| MlxTensor::from_array(a, device))

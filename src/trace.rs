@@ -12,6 +12,32 @@ use std::cell::Cell;
 thread_local! {
     /// Set while MLX traces a compiled function on this thread.
     static TRACING: Cell<bool> = const { Cell::new(false) };
+    /// Set while the trace is for a function file ([`crate::export`]), which must hold only
+    /// MLX's own primitives (no custom kernels).
+    static EXPORTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is tracing a function for a file ([`crate::export`]).
+pub(crate) fn is_exporting() -> bool {
+    EXPORTING.with(Cell::get)
+}
+
+/// Marks this thread as tracing for a function file (and as tracing) for its lifetime.
+pub(crate) struct ExportGuard(bool, #[allow(dead_code)] TraceGuard);
+
+impl ExportGuard {
+    /// Enters an export trace on this thread.
+    pub(crate) fn enter() -> Self {
+        let tracing = TraceGuard::enter();
+        ExportGuard(EXPORTING.with(|t| t.replace(true)), tracing)
+    }
+}
+
+impl Drop for ExportGuard {
+    fn drop(&mut self) {
+        let previous = self.0;
+        EXPORTING.with(|t| t.set(previous));
+    }
 }
 
 /// Fails with a clear error when `op` (an evaluation or data read) is called inside a function

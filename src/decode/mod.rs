@@ -13,9 +13,10 @@
 //!
 //! On [`Mlx`](crate::Mlx)'s CUDA device each is one MLX custom kernel (one primitive, one
 //! launch; `src/decode/cuda.rs`), compiled by MLX on its first use in a process. Everywhere
-//! else (MLX's CPU, Metal, other backends, `Autodiff`, and inside a traced function) they are
+//! else (MLX's CPU, Metal, other backends, `Autodiff`) they are
 //! composed from Burn ops and burn-mlx's other fused ops, with the same results within the
-//! dtype's rounding. `BURN_MLX_DECODE_KERNELS=0` (or [`set_kernels`]) selects the composed path on
+//! dtype's rounding. Inside a function traced by [`crate::compile()`] the kernels are recorded
+//! like any MLX op; a function written to a file by [`crate::export`] gets the composed ops. `BURN_MLX_DECODE_KERNELS=0` (or [`set_kernels`]) selects the composed path on
 //! CUDA too.
 //!
 //! Positions and lengths come as [`At`]: a host integer, or an integer tensor on the device,
@@ -104,13 +105,15 @@ pub fn set_kernels(on: bool) {
     KERNELS.store(if on { 2 } else { 1 }, Ordering::Relaxed);
 }
 
-/// Whether the kernels can run for `t`: a float MLX tensor on the CUDA device, outside a trace.
+/// Whether the kernels can run for `t`: a float MLX tensor on the CUDA device, outside a trace
+/// for a function file (which holds only MLX's own primitives; a compiled function may hold
+/// custom kernels).
 fn on_cuda(t: &MlxTensor) -> bool {
     cfg!(target_os = "linux")
         && t.device == MlxDevice::Gpu
         && t.quant.is_none()
         && kernels()
-        && !crate::trace::is_tracing()
+        && !crate::trace::is_exporting()
         && cuda::float_dtype(t.array.dtype())
 }
 

@@ -453,8 +453,9 @@ impl<B: Backend> Attention<B> {
     /// that mask for a host position with several queries past the window ([`sliding_band`]).
     ///
     /// With fused projections the heads come from [`decode::qkv_heads`] (split, norms and RoPE
-    /// in one kernel on CUDA), and a decode step at a host position attends through
-    /// [`decode::decode_attention`] over the cache's buffers, with no slice of them.
+    /// in one kernel on CUDA), and a decode step (one position, known on the host or the device)
+    /// attends through [`decode::decode_attention`] over the cache's buffers up to its length,
+    /// with no slice of them and no mask.
     fn forward(
         &self,
         x: Tensor<B, 2>,
@@ -509,9 +510,13 @@ impl<B: Backend> Attention<B> {
                 (q, k, v)
             }
         };
-        if let (Position::Host(offset), 1, Packed::Fused(..)) = (position, seq, &self.qkv) {
+        if let (1, Packed::Fused(..)) = (seq, &self.qkv) {
+            let len = match position {
+                Position::Host(offset) => At::Host(offset + 1),
+                Position::Device { offset, .. } => At::Device(offset.clone() + 1),
+            };
             let (k, v) = cache.write_whole(k, v, position);
-            let out = decode::decode_attention(q, k, v, &At::Host(offset + 1), scale, window);
+            let out = decode::decode_attention(q, k, v, &len, scale, window);
             return self.o_proj.forward(out);
         }
         let bias = match position {
