@@ -26,6 +26,7 @@ RECORDS = [
     "benches/cpu_profile.md",  # perf profile of the CPU workloads
     "benches/llm.md",          # LLM inference on the CPU
     "benches/nvidia.md",       # NVIDIA H100 / H200: ops, training steps, LLM, tests
+    "benches/decode.md",       # LLM decode with the decode kernels against mlx-lm, H200
     "benches/training.md",     # training steps at real batch sizes, fused layers, H200 and CPU
     "benches/distributed.md",  # distributed training, CPU ring and 2 x H200 over NCCL
     "benches/export.md",       # MLX function files run by MLX Python, CPU and H200
