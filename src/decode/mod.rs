@@ -31,7 +31,7 @@ use crate::MlxDevice;
 use burn_tensor::backend::Backend;
 use burn_tensor::module::attention;
 use burn_tensor::ops::AttentionModuleOptions;
-use burn_tensor::{Int, Tensor, TensorData};
+use burn_tensor::{Int, Tensor};
 use mlx_rs::Array;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -45,14 +45,6 @@ pub enum At<B: Backend> {
 }
 
 impl<B: Backend> At<B> {
-    /// `self + n`.
-    pub fn plus(&self, n: usize) -> Self {
-        match self {
-            At::Host(v) => At::Host(v + n),
-            At::Device(t) => At::Device(t.clone() + n as i64),
-        }
-    }
-
     /// The value as an MLX integer array `[1]`. A host value's array is made once and reused
     /// while it is among the last few values asked for: every layer of a decode step reads the
     /// same position, and an array made from host memory costs the device a copy before its
@@ -407,9 +399,4 @@ pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let inner =
         (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
     x * (inner.tanh() + 1.0) * 0.5
-}
-
-/// A one-element integer tensor holding `value`, for [`At::Device`].
-pub fn position_tensor<B: Backend>(value: usize, device: &B::Device) -> Tensor<B, 1, Int> {
-    Tensor::from_data(TensorData::new(vec![value as i64], [1]), device)
 }

@@ -6,6 +6,7 @@
 //! They run on the GPU when this build has one (the CUDA kernels), otherwise on MLX's CPU (the
 //! composed path the other platforms take).
 
+use crate::common::rand_f;
 use burn_mlx::decode::{self, At, Gate, QkvLayout};
 use burn_mlx::fast::RotaryEmbedding;
 use burn_mlx::{Mlx, MlxDevice};
@@ -23,21 +24,6 @@ fn device() -> MlxDevice {
     }
 }
 
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
 /// A tensor of `dtype` on the test device, and the same values (rounded to `dtype`) in f32 on
 /// burn-ndarray.
 fn pair<const D: usize>(
@@ -46,9 +32,9 @@ fn pair<const D: usize>(
     dtype: DType,
     scale: f32,
 ) -> (Tensor<Mlx, D>, Tensor<R, D>) {
-    let n = shape.iter().product();
-    let v: Vec<f32> = values(n, seed).into_iter().map(|x| x * scale).collect();
-    let t = Tensor::<Mlx, D>::from_data(TensorData::new(v, shape), &device()).cast(dtype);
+    let range = (-f64::from(scale), f64::from(scale));
+    let data = rand_f(&shape, range, seed).convert::<f32>();
+    let t = Tensor::<Mlx, D>::from_data(data, &device()).cast(dtype);
     let rounded = t.clone().cast(DType::F32).into_data();
     (t, Tensor::from_data(rounded, &NdArrayDevice::Cpu))
 }

@@ -137,40 +137,10 @@ impl<B: Backend> LayerCache<B> {
         (self.keys.expect(filled), self.values.expect(filled))
     }
 
-    /// Writes `keys`/`values` like [`write`](Self::write) and returns the whole buffers
-    /// (`[1, kv_heads, capacity, head_dim]`), for an attention that reads the filled length
-    /// itself ([`burn_mlx::decode::decode_attention`]).
-    pub fn write_whole(
-        &mut self,
-        keys: Tensor<B, 4>,
-        values: Tensor<B, 4>,
-        position: &Position<B>,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        match position {
-            Position::Host(offset) => {
-                let [b, h, seq, d] = keys.dims();
-                let end = offset + seq;
-                let update = |slot: &mut Option<Tensor<B, 4>>, new: Tensor<B, 4>| {
-                    let cache = slot
-                        .take()
-                        .expect("layer cache is always filled between writes")
-                        .slice_assign([0..b, 0..h, *offset..end, 0..d], new);
-                    *slot = Some(cache.clone());
-                    cache
-                };
-                (
-                    update(&mut self.keys, keys),
-                    update(&mut self.values, values),
-                )
-            }
-            Position::Device { .. } => self.write(keys, values, position),
-        }
-    }
-
     /// Writes `keys`/`values` (`[1, kv_heads, seq, head_dim]`) at the positions starting at
-    /// `position`, and returns what attention reads: with a host position, the filled prefix
-    /// `0..offset + seq` of both; with a device position, the whole buffers.
-    pub fn write(
+    /// `position` and returns the whole buffers (`[1, kv_heads, capacity, head_dim]`), for an
+    /// attention that reads the filled length itself ([`burn_mlx::decode::decode_attention`]).
+    pub fn write_whole(
         &mut self,
         keys: Tensor<B, 4>,
         values: Tensor<B, 4>,
@@ -181,24 +151,35 @@ impl<B: Backend> LayerCache<B> {
             let cache = slot
                 .take()
                 .expect("layer cache is always filled between writes");
-            let (cache, visible) = match position {
+            let cache = match position {
                 Position::Host(offset) => {
-                    let end = offset + seq;
-                    let cache = cache.slice_assign([0..b, 0..h, *offset..end, 0..d], new);
-                    let prefix = cache.clone().narrow(2, 0, end);
-                    (cache, prefix)
+                    cache.slice_assign([0..b, 0..h, *offset..offset + seq, 0..d], new)
                 }
-                Position::Device { offset, .. } => {
-                    let cache = slice_assign_at(cache, new, 2, offset.clone());
-                    (cache.clone(), cache)
-                }
+                Position::Device { offset, .. } => slice_assign_at(cache, new, 2, offset.clone()),
             };
-            *slot = Some(cache);
-            visible
+            *slot = Some(cache.clone());
+            cache
         };
         let k = update(&mut self.keys, keys);
         let v = update(&mut self.values, values);
         (k, v)
+    }
+
+    /// Writes `keys`/`values` like [`write_whole`](Self::write_whole) and returns what attention
+    /// reads: with a host position, the filled prefix `0..offset + seq` of both; with a device
+    /// position, the whole buffers.
+    pub fn write(
+        &mut self,
+        keys: Tensor<B, 4>,
+        values: Tensor<B, 4>,
+        position: &Position<B>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let seq = keys.dims()[2];
+        let (k, v) = self.write_whole(keys, values, position);
+        match position {
+            Position::Host(offset) => (k.narrow(2, 0, offset + seq), v.narrow(2, 0, offset + seq)),
+            Position::Device { .. } => (k, v),
+        }
     }
 }
 
