@@ -56,7 +56,8 @@ const ADD_RMS_NORM: &str = r#"
 "#;
 
 /// Splits `qkv` (`[rows, (HQ + 2·HKV)·D]`, row `i` at position `pos[0] + i`) into heads-first
-/// `q`, `k`, `v` (`[HQ or HKV, rows, D]`), normalizing each query and key head (RMS, with
+/// `q`, `k`, `v` (`[HQ or HKV, rows, D]`; or `q` and `kv`, `[2·HKV, rows, D]`, keys then values,
+/// where `K_OUT` and `V_OUT` say, see [`qkv_outputs`]), normalizing each query and key head (RMS, with
 /// `qw`/`kw`, when `NORM`) and rotating it ("rotate half" RoPE with inverse frequencies
 /// `freqs`, `[D/2]`). One warp per (row, head).
 const QKV_NORM_ROPE: &str = r#"
@@ -70,13 +71,13 @@ const QKV_NORM_ROPE: &str = r#"
   const int row = gw / HEADS, head = gw % HEADS;
   const T* src = qkv + (size_t)row * HEADS * D + (size_t)head * D;
   if (head >= HQ + HKV) {
-    T* dst = v + ((size_t)(head - HQ - HKV) * rows + row) * D;
+    T* dst = V_OUT(head - HQ - HKV);
     for (int i = lane; i < D; i += 32) dst[i] = src[i];
     return;
   }
   const bool is_q = head < HQ;
   const int hh = is_q ? head : head - HQ;
-  T* dst = (is_q ? q : k) + ((size_t)hh * rows + row) * D;
+  T* dst = is_q ? q + ((size_t)hh * rows + row) * D : K_OUT(hh);
   float a[PER], b[PER];
   float ss = 0.f;
 #pragma unroll
@@ -116,7 +117,9 @@ const QKV_NORM_ROPE: &str = r#"
   }
 "#;
 
-/// One query position per (batch, head) over the first `len[0]` cached positions (the last
+/// One query position per (batch, head) over the first `len[0]` cached positions of `keys` and
+/// `values` (each batch entry `HSTRIDE` heads of `cap` positions, the values' heads from `VOFF`:
+/// two buffers, or one that holds keys then values) (the last
 /// `WINDOW` of them when `WINDOW > 0`): `out = softmax(q·kᵀ·scale)·v`, with an online softmax
 /// in f32. One block of 16 warps per (batch, query head); warp `w` takes positions in runs of
 /// `U` (`w·U ..`, then `16·U` further), so that `U` keys and values are loaded at once; each
@@ -143,7 +146,8 @@ const DECODE_ATTENTION: &str = r#"
   const T* qp = q + (size_t)bh * D + lane * E;
 #pragma unroll
   for (int e = 0; e < E; ++e) qr[e] = static_cast<float>(qp[e]) * scale;
-  const size_t base = ((size_t)b * HKV + kvh) * (size_t)cap * D + lane * E;
+  const size_t kbase = ((size_t)b * HSTRIDE + kvh) * (size_t)cap * D + lane * E;
+  const size_t vbase = ((size_t)b * HSTRIDE + VOFF + kvh) * (size_t)cap * D + lane * E;
   float m = NEG_INF, l = 0.f;
   float acc[E];
 #pragma unroll
@@ -154,7 +158,7 @@ const DECODE_ATTENTION: &str = r#"
     for (int u = 0; u < U; ++u) {
       s[u] = 0.f;
       if (t0 + u < L) {
-        const T* kp = keys + base + (size_t)(t0 + u) * D;
+        const T* kp = keys + kbase + (size_t)(t0 + u) * D;
 #pragma unroll
         for (int e = 0; e < E; ++e) s[u] += qr[e] * static_cast<float>(kp[e]);
       }
@@ -175,7 +179,7 @@ const DECODE_ATTENTION: &str = r#"
       if (t0 + u < L) {
         const float p = expf(s[u] - m_new);
         l += p;
-        const T* vp = values + base + (size_t)(t0 + u) * D;
+        const T* vp = values + vbase + (size_t)(t0 + u) * D;
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[e] += p * static_cast<float>(vp[e]);
       }
@@ -225,7 +229,7 @@ fn with_kernel<T>(
     name: &'static str,
     inputs: &[&str],
     outputs: &[&str],
-    source: &str,
+    source: impl FnOnce() -> String,
     f: impl FnOnce(&CudaKernel) -> T,
 ) -> T {
     thread_local! {
@@ -235,7 +239,7 @@ fn with_kernel<T>(
         let mut map = cell.borrow_mut();
         let kernel = map
             .entry(name)
-            .or_insert_with(|| CudaKernel::new(name, inputs, outputs, source, HEADER));
+            .or_insert_with(|| CudaKernel::new(name, inputs, outputs, &source(), HEADER));
         f(kernel)
     })
 }
@@ -270,7 +274,7 @@ pub(super) fn add_rms_norm(
         "burn_mlx_add_rms_norm",
         &["x", "r", "w"],
         &["h", "y"],
-        ADD_RMS_NORM,
+        || ADD_RMS_NORM.to_string(),
         |k| {
             k.apply(
                 &[x, r, w],
@@ -290,9 +294,21 @@ pub(super) fn add_rms_norm(
     Ok((h, y))
 }
 
+/// Where [`QKV_NORM_ROPE`] writes key head `h` and value head `h` of row `row`: into `k` and
+/// `v`, or into one `kv` (keys, then values).
+fn qkv_outputs(joint: bool) -> &'static str {
+    if joint {
+        "#define K_OUT(h) (kv + ((size_t)(h) * rows + row) * D)\n\
+         #define V_OUT(h) (kv + ((size_t)(HKV + (h)) * rows + row) * D)\n"
+    } else {
+        "#define K_OUT(h) (k + ((size_t)(h) * rows + row) * D)\n\
+         #define V_OUT(h) (v + ((size_t)(h) * rows + row) * D)\n"
+    }
+}
+
 /// The query, key and value heads of `qkv` (`[rows, (hq + 2·hkv)·d]`), normed and rotated; see
-/// [`QKV_NORM_ROPE`]. `norms` are the query and key norms' weights.
-#[allow(clippy::too_many_arguments)]
+/// [`QKV_NORM_ROPE`]. `norms` are the query and key norms' weights. With `joint`, the keys and
+/// values come out as one array `[1, 2·hkv, rows, d]` (two outputs in all), else apart.
 pub(super) fn qkv_norm_rope(
     qkv: &Array,
     [hq, hkv, d]: [usize; 3],
@@ -300,30 +316,38 @@ pub(super) fn qkv_norm_rope(
     eps: f32,
     freqs: &Array,
     pos: &Array,
-) -> Result<[Array; 3], MlxError> {
+    joint: bool,
+) -> Result<Vec<Array>, MlxError> {
     let rows = qkv.shape()[0] as usize;
     let dtype = qkv.dtype();
     // Without norms the weights are not read: the frequencies stand in for them.
     let (qw, kw) = norms.unwrap_or((freqs, freqs));
     let warps = rows * (hq + 2 * hkv);
-    let shapes = [
-        dims_i32(&[1, hq, rows, d]),
-        dims_i32(&[1, hkv, rows, d]),
-        dims_i32(&[1, hkv, rows, d]),
-    ];
-    let out = with_kernel(
-        "burn_mlx_qkv_norm_rope",
+    let q_shape = dims_i32(&[1, hq, rows, d]);
+    let kv_shape = dims_i32(&[1, 2 * hkv, rows, d]);
+    let k_shape = dims_i32(&[1, hkv, rows, d]);
+    let (name, outputs, shapes): (_, &[&str], Vec<(&[i32], Dtype)>) = if joint {
+        (
+            "burn_mlx_qkv_norm_rope_joint",
+            &["q", "kv"],
+            vec![(&q_shape, dtype), (&kv_shape, dtype)],
+        )
+    } else {
+        (
+            "burn_mlx_qkv_norm_rope",
+            &["q", "k", "v"],
+            vec![(&q_shape, dtype), (&k_shape, dtype), (&k_shape, dtype)],
+        )
+    };
+    with_kernel(
+        name,
         &["qkv", "qw", "kw", "freqs", "pos"],
-        &["q", "k", "v"],
-        QKV_NORM_ROPE,
+        outputs,
+        || format!("{}{QKV_NORM_ROPE}", qkv_outputs(joint)),
         |k| {
             k.apply(
                 &[qkv, qw, kw, freqs, pos],
-                &[
-                    (&shapes[0], dtype),
-                    (&shapes[1], dtype),
-                    (&shapes[2], dtype),
-                ],
+                &shapes,
                 &[
                     TemplateArg::Dtype("T", dtype),
                     TemplateArg::Int("HQ", hq as i32),
@@ -336,14 +360,15 @@ pub(super) fn qkv_norm_rope(
                 [128, 1, 1],
             )
         },
-    )?;
-    let mut out = out.into_iter();
-    let mut next = || out.next().expect("three outputs");
-    Ok([next(), next(), next()])
+    )
 }
 
 /// Attention of one query position per batch entry and head (`q`: `[b, hq, 1, d]`) over the
 /// first `len` positions of `keys` and `values` (`[b, hkv, capacity, d]`); `[b, hq·d]`.
+///
+/// With `joint`, `keys` and `values` are one array `[b, 2·hkv, capacity, d]` (keys, then values)
+/// given twice.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn decode_attention(
     q: &Array,
     keys: &Array,
@@ -352,6 +377,7 @@ pub(super) fn decode_attention(
     [b, hq, hkv, d]: [usize; 4],
     scale: f32,
     window: usize,
+    joint: bool,
 ) -> Result<Array, MlxError> {
     let dtype = q.dtype();
     let shape = dims_i32(&[b, hq * d]);
@@ -359,7 +385,7 @@ pub(super) fn decode_attention(
         "burn_mlx_decode_attention",
         &["q", "keys", "values", "len"],
         &["out"],
-        DECODE_ATTENTION,
+        || DECODE_ATTENTION.to_string(),
         |k| {
             k.apply(
                 &[q, keys, values, len],
@@ -370,6 +396,8 @@ pub(super) fn decode_attention(
                     TemplateArg::Int("HKV", hkv as i32),
                     TemplateArg::Int("D", d as i32),
                     TemplateArg::Int("WINDOW", window as i32),
+                    TemplateArg::Int("HSTRIDE", (if joint { 2 } else { 1 } * hkv) as i32),
+                    TemplateArg::Int("VOFF", if joint { hkv as i32 } else { 0 }),
                     TemplateArg::Int("SCALE", scale.to_bits() as i32),
                 ],
                 [(b * hq) as i32 * 512, 1, 1],
@@ -387,19 +415,25 @@ pub(super) fn gated(gu: &Array, gelu: bool) -> Result<Array, MlxError> {
     let dtype = gu.dtype();
     let out_shape = dims_i32(&[rows, i]);
     let total = rows * i;
-    with_kernel("burn_mlx_gated", &["gu"], &["y"], GATED, |k| {
-        k.apply(
-            &[gu],
-            &[(&out_shape, dtype)],
-            &[
-                TemplateArg::Dtype("T", dtype),
-                TemplateArg::Int("I", i as i32),
-                TemplateArg::Int("GELU", gelu as i32),
-            ],
-            [total.div_ceil(256) as i32 * 256, 1, 1],
-            [256, 1, 1],
-        )
-    })
+    with_kernel(
+        "burn_mlx_gated",
+        &["gu"],
+        &["y"],
+        || GATED.to_string(),
+        |k| {
+            k.apply(
+                &[gu],
+                &[(&out_shape, dtype)],
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("I", i as i32),
+                    TemplateArg::Int("GELU", gelu as i32),
+                ],
+                [total.div_ceil(256) as i32 * 256, 1, 1],
+                [256, 1, 1],
+            )
+        },
+    )
     .map(|mut out| out.remove(0))
 }
 

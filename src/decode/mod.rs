@@ -202,6 +202,41 @@ pub fn qkv_heads<B: Backend>(
     rope: &RotaryEmbedding<B>,
     offset: &At<B>,
 ) -> [Tensor<B, 4>; 3] {
+    let mut out = heads(qkv, layout, norms, eps, rope, offset, false).into_iter();
+    let mut next = || out.next().expect("three outputs");
+    [next(), next(), next()]
+}
+
+/// [`qkv_heads`] with the keys and values in one tensor, `[1, 2 · kv_heads, seq, head_dim]`
+/// (keys, then values): what a cache that holds both in one buffer writes with one update
+/// ([`decode_attention_joint`]). Returns `[queries, keys and values]`.
+///
+/// # Panics
+///
+/// As [`qkv_heads`].
+pub fn qkv_heads_joint<B: Backend>(
+    qkv: Tensor<B, 2>,
+    layout: QkvLayout,
+    norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
+    eps: f64,
+    rope: &RotaryEmbedding<B>,
+    offset: &At<B>,
+) -> [Tensor<B, 4>; 2] {
+    let mut out = heads(qkv, layout, norms, eps, rope, offset, true).into_iter();
+    let mut next = || out.next().expect("two outputs");
+    [next(), next()]
+}
+
+/// [`qkv_heads`] and [`qkv_heads_joint`].
+fn heads<B: Backend>(
+    qkv: Tensor<B, 2>,
+    layout: QkvLayout,
+    norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
+    eps: f64,
+    rope: &RotaryEmbedding<B>,
+    offset: &At<B>,
+    joint: bool,
+) -> Vec<Tensor<B, 4>> {
     let [seq, width] = qkv.dims();
     let QkvLayout {
         heads: hq,
@@ -236,10 +271,11 @@ pub fn qkv_heads<B: Backend>(
                         eps as f32,
                         &freqs,
                         &pos,
+                        joint,
                     )
                 })
                 .or_panic("qkv_heads", &[&t.array]);
-            return out.map(|a| float_from_mlx(t.with(a)));
+            return out.into_iter().map(|a| float_from_mlx(t.with(a))).collect();
         }
         Err(qkv) => qkv,
     };
@@ -261,7 +297,11 @@ pub fn qkv_heads<B: Backend>(
         At::Host(o) => (rope.apply(q, *o), rope.apply(k, *o)),
         At::Device(o) => (rope.apply_at(q, o.clone()), rope.apply_at(k, o.clone())),
     };
-    [q, k, v]
+    if joint {
+        vec![q, Tensor::cat(vec![k, v], 1)]
+    } else {
+        vec![q, k, v]
+    }
 }
 
 /// Attention of one query position per sequence (`q`: `[batch, heads, 1, head_dim]`) over the
@@ -313,6 +353,7 @@ pub fn decode_attention<B: Backend>(
                         [b, hq, hkv, d],
                         scale as f32,
                         window.unwrap_or(0),
+                        false,
                     )
                 })
                 .or_panic("decode_attention", &[&t.array, &k]);
@@ -353,6 +394,74 @@ pub fn decode_attention<B: Backend>(
         }
     };
     out.reshape([b, hq * d])
+}
+
+/// [`decode_attention`] over a cache that holds keys and values in one buffer, `kv`: `[batch,
+/// 2 · kv_heads, capacity, head_dim]`, keys then values (as [`qkv_heads_joint`] makes them).
+///
+/// # Panics
+///
+/// As [`decode_attention`].
+pub fn decode_attention_joint<B: Backend>(
+    q: Tensor<B, 4>,
+    kv: Tensor<B, 4>,
+    len: &At<B>,
+    scale: f64,
+    window: Option<usize>,
+) -> Tensor<B, 2> {
+    let [b, hq, s, d] = q.dims();
+    let [kb, heads, cap, kd] = kv.dims();
+    let hkv = heads / 2;
+    assert!(
+        s == 1 && kb == b && kd == d && heads % 2 == 0 && hkv > 0 && hq % hkv == 0,
+        "decode_attention_joint: q {:?} (one position) and kv {:?} (keys then values: an even \
+         number of heads, query heads a multiple of half of them) do not fit",
+        q.dims(),
+        kv.dims()
+    );
+    if let At::Host(n) = len {
+        assert!(
+            *n >= 1 && *n <= cap,
+            "decode_attention_joint: length {n} is outside the cache's 1..={cap} positions"
+        );
+    }
+    let q = match kernel_input(q) {
+        Ok(t) if d % 32 == 0 && d <= 256 => {
+            let kv = array_of(&kv);
+            let n = len.array();
+            let out = t
+                .device
+                .scope(|| {
+                    cuda::decode_attention(
+                        &t.array,
+                        &kv,
+                        &kv,
+                        &n,
+                        [b, hq, hkv, d],
+                        scale as f32,
+                        window.unwrap_or(0),
+                        true,
+                    )
+                })
+                .or_panic("decode_attention_joint", &[&t.array, &kv]);
+            return float_from_mlx(t.with(out));
+        }
+        Ok(t) => float_from_mlx(t),
+        Err(q) => q,
+    };
+    let (keys, values) = (kv.clone().narrow(1, 0, hkv), kv.narrow(1, hkv, hkv));
+    decode_attention(q, keys, values, len, scale, window)
+}
+
+/// Whether this crate's kernels run for tensors of backend `B` on `device` (the CUDA device of
+/// `Mlx`, with [`kernels`] on): a caller can then pick the layouts they are fastest with, such
+/// as one buffer for a layer's cached keys and values.
+pub fn kernels_run<B: Backend>(device: &B::Device) -> bool {
+    let any: &dyn std::any::Any = device;
+    std::any::TypeId::of::<B>() == std::any::TypeId::of::<crate::Mlx>()
+        && cfg!(target_os = "linux")
+        && any.downcast_ref::<MlxDevice>() == Some(&MlxDevice::Gpu)
+        && kernels()
 }
 
 /// The activation of a gated MLP.

@@ -139,8 +139,25 @@ fn qkv_heads_match_the_composed_ops() {
                             .collect();
                         let rope = RotaryEmbedding::<Mlx>::new(&freqs, &device());
                         let norms = norm.then_some((&qw, &kw));
-                        let [q, k, v] =
-                            decode::qkv_heads(qkv, layout, norms, 1e-6, &rope, &At::Host(offset));
+                        let [q, k, v] = decode::qkv_heads(
+                            qkv.clone(),
+                            layout,
+                            norms,
+                            1e-6,
+                            &rope,
+                            &At::Host(offset),
+                        );
+                        let [qj, kv] = decode::qkv_heads_joint(
+                            qkv,
+                            layout,
+                            norms,
+                            1e-6,
+                            &rope,
+                            &At::Host(offset),
+                        );
+                        let joint = f32_rows(Tensor::cat(vec![k.clone(), v.clone()], 1));
+                        check("qkv_heads_joint q", f32_rows(qj), f32_rows(q.clone()), 0.0);
+                        check("qkv_heads_joint kv", f32_rows(kv), joint, 0.0);
                         let heads =
                             |t: Tensor<R, 2>, n: usize| t.reshape([1, seq, n, d]).swap_dims(1, 2);
                         let qr = heads(qkv_r.clone().narrow(1, 0, hq * d), hq);
@@ -195,6 +212,14 @@ fn decode_attention_matches_the_composed_ops() {
                             window,
                         );
                         let at = Tensor::<Mlx, 1, Int>::from_ints([len as i32], &device());
+                        let kv = Tensor::cat(vec![k.clone(), v.clone()], 1);
+                        let joint = decode::decode_attention_joint(
+                            q.clone(),
+                            kv,
+                            &At::Device(at.clone()),
+                            scale,
+                            window,
+                        );
                         let dev = decode::decode_attention(q, k, v, &At::Device(at), scale, window);
                         let start = window.map_or(0, |w| len.saturating_sub(w));
                         let groups = hq / hkv;
@@ -205,7 +230,13 @@ fn decode_attention_matches_the_composed_ops() {
                         let want = softmax(scores, 3).matmul(v_r).reshape([1, hq * d]);
                         let want = want.into_data().to_vec::<f32>().unwrap();
                         check(&label, f32_rows(host), want.clone(), tol);
-                        check(&format!("{label}, device length"), f32_rows(dev), want, tol);
+                        check(
+                            &format!("{label}, device length"),
+                            f32_rows(dev),
+                            want.clone(),
+                            tol,
+                        );
+                        check(&format!("{label}, one buffer"), f32_rows(joint), want, tol);
                     }
                 }
             }

@@ -98,13 +98,43 @@ pub fn sliding_band<B: Backend>(
     additive_mask(later.bool_or(too_old(keys, queries, window)), device, dtype)
 }
 
-/// The cached keys and values of one layer.
+/// The cached keys and values of one layer: two buffers, or one that holds the keys' heads and
+/// then the values' ("joint": a decode step then writes both with one update).
 #[derive(Debug)]
 pub struct LayerCache<B: Backend> {
     // `Option` so that a write can take the tensor out and hand `slice_assign` the only
     // reference: a backend may then update the buffer in place instead of copying it.
     keys: Option<Tensor<B, 4>>,
     values: Option<Tensor<B, 4>>,
+    /// `[1, 2·kv_heads, capacity, head_dim]`, in place of `keys` and `values`.
+    joint: Option<Tensor<B, 4>>,
+}
+
+const FILLED: &str = "layer cache is always filled between writes";
+
+/// Writes `new` into the buffer in `slot` at `position` along the positions axis (2), and
+/// returns the buffer.
+fn update<B: Backend>(
+    slot: &mut Option<Tensor<B, 4>>,
+    new: Tensor<B, 4>,
+    position: &Position<B>,
+) -> Tensor<B, 4> {
+    let [b, h, seq, d] = new.dims();
+    let cache = slot.take().expect(FILLED);
+    let cache = match position {
+        Position::Host(offset) => {
+            cache.slice_assign([0..b, 0..h, *offset..offset + seq, 0..d], new)
+        }
+        Position::Device { offset, .. } => slice_assign_at(cache, new, 2, offset.clone()),
+    };
+    *slot = Some(cache.clone());
+    cache
+}
+
+/// The keys and the values of a joint buffer (views of its two halves of heads).
+fn halves<B: Backend>(joint: Tensor<B, 4>) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let h = joint.dims()[1] / 2;
+    (joint.clone().narrow(1, 0, h), joint.narrow(1, h, h))
 }
 
 impl<B: Backend> LayerCache<B> {
@@ -113,28 +143,66 @@ impl<B: Backend> LayerCache<B> {
         Self {
             keys: Some(keys),
             values: Some(values),
+            joint: None,
         }
+    }
+
+    /// One buffer of a layer's keys and values, `[1, 2·kv_heads, capacity, head_dim]` (the keys'
+    /// heads, then the values').
+    pub fn from_joint(kv: Tensor<B, 4>) -> Self {
+        Self {
+            keys: None,
+            values: None,
+            joint: Some(kv),
+        }
+    }
+
+    /// Whether the keys and values are one buffer ([`from_joint`](Self::from_joint)).
+    pub fn is_joint(&self) -> bool {
+        self.joint.is_some()
     }
 
     /// Positions the buffers hold.
     pub fn capacity(&self) -> usize {
-        let filled = "layer cache is always filled between writes";
-        self.keys.as_ref().expect(filled).dims()[2]
+        self.joint
+            .as_ref()
+            .or(self.keys.as_ref())
+            .expect(FILLED)
+            .dims()[2]
     }
 
     /// The key and value buffers, shared (the cache keeps them).
     pub fn tensors(&self) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        let filled = "layer cache is always filled between writes";
-        (
-            self.keys.clone().expect(filled),
-            self.values.clone().expect(filled),
-        )
+        match &self.joint {
+            Some(joint) => halves(joint.clone()),
+            None => (
+                self.keys.clone().expect(FILLED),
+                self.values.clone().expect(FILLED),
+            ),
+        }
     }
 
     /// The key and value buffers.
     pub fn into_tensors(self) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        let filled = "layer cache is always filled between writes";
-        (self.keys.expect(filled), self.values.expect(filled))
+        match self.joint {
+            Some(joint) => halves(joint),
+            None => (self.keys.expect(FILLED), self.values.expect(FILLED)),
+        }
+    }
+
+    /// Writes `kv` (`[1, 2·kv_heads, seq, head_dim]`, keys then values) at the positions
+    /// starting at `position` into a joint buffer, with one update, and returns the whole
+    /// buffer.
+    ///
+    /// # Panics
+    ///
+    /// When the cache is not joint.
+    pub fn write_joint(&mut self, kv: Tensor<B, 4>, position: &Position<B>) -> Tensor<B, 4> {
+        assert!(
+            self.is_joint(),
+            "write_joint: the layer cache is two buffers"
+        );
+        update(&mut self.joint, kv, position)
     }
 
     /// Writes `keys`/`values` (`[1, kv_heads, seq, head_dim]`) at the positions starting at
@@ -146,22 +214,11 @@ impl<B: Backend> LayerCache<B> {
         values: Tensor<B, 4>,
         position: &Position<B>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        let [b, h, seq, d] = keys.dims();
-        let update = |slot: &mut Option<Tensor<B, 4>>, new: Tensor<B, 4>| {
-            let cache = slot
-                .take()
-                .expect("layer cache is always filled between writes");
-            let cache = match position {
-                Position::Host(offset) => {
-                    cache.slice_assign([0..b, 0..h, *offset..offset + seq, 0..d], new)
-                }
-                Position::Device { offset, .. } => slice_assign_at(cache, new, 2, offset.clone()),
-            };
-            *slot = Some(cache.clone());
-            cache
-        };
-        let k = update(&mut self.keys, keys);
-        let v = update(&mut self.values, values);
+        if self.is_joint() {
+            return halves(self.write_joint(Tensor::cat(vec![keys, values], 1), position));
+        }
+        let k = update(&mut self.keys, keys, position);
+        let v = update(&mut self.values, values, position);
         (k, v)
     }
 
@@ -195,11 +252,30 @@ pub struct KvCache<B: Backend> {
 impl<B: Backend> KvCache<B> {
     /// An empty cache for `capacity` positions, in `dtype` on `device`.
     pub fn new(config: &LlmConfig, capacity: usize, device: &B::Device, dtype: DType) -> Self {
+        Self::with_layout(config, capacity, device, dtype, false)
+    }
+
+    /// [`new`](Self::new), with each layer's keys and values in one buffer
+    /// ([`LayerCache::from_joint`]) when `joint`.
+    pub fn with_layout(
+        config: &LlmConfig,
+        capacity: usize,
+        device: &B::Device,
+        dtype: DType,
+        joint: bool,
+    ) -> Self {
         let shape = [1, config.num_kv_heads, capacity, config.head_dim];
         let layers = (0..config.num_layers)
-            .map(|_| LayerCache {
-                keys: Some(Tensor::zeros(shape, (device, dtype))),
-                values: Some(Tensor::zeros(shape, (device, dtype))),
+            .map(|_| {
+                if joint {
+                    let [b, h, c, d] = shape;
+                    LayerCache::from_joint(Tensor::zeros([b, 2 * h, c, d], (device, dtype)))
+                } else {
+                    LayerCache::from_tensors(
+                        Tensor::zeros(shape, (device, dtype)),
+                        Tensor::zeros(shape, (device, dtype)),
+                    )
+                }
             })
             .collect();
         Self {

@@ -481,8 +481,22 @@ impl<B: Backend> Attention<B> {
                     kv_heads: hkv,
                     head_dim: d,
                 };
-                let [q, k, v] = decode::qkv_heads(layer.forward(x)?, layout, norms, eps, rope, &at);
-                (q, k, v)
+                let qkv = layer.forward(x)?;
+                if !cache.is_joint() {
+                    let [q, k, v] = decode::qkv_heads(qkv, layout, norms, eps, rope, &at);
+                    (q, k, v)
+                } else {
+                    // One buffer of keys and values: a decode step writes it with one update
+                    // and attends over it in place; several positions take its two halves.
+                    let [q, kv] = decode::qkv_heads_joint(qkv, layout, norms, eps, rope, &at);
+                    if seq == 1 {
+                        let kv = cache.write_joint(kv, position);
+                        let len = decode_length(position);
+                        let out = decode::decode_attention_joint(q, kv, &len, scale, window);
+                        return self.o_proj.forward(out);
+                    }
+                    (q, kv.clone().narrow(1, 0, hkv), kv.narrow(1, hkv, hkv))
+                }
             }
             Packed::Separate(_) => {
                 // `[seq, heads·d]` to `[1, heads, seq, d]`: for one position (a decode step) a
@@ -511,12 +525,8 @@ impl<B: Backend> Attention<B> {
             }
         };
         if let (1, Packed::Fused(..)) = (seq, &self.qkv) {
-            let len = match position {
-                Position::Host(offset) => At::Host(offset + 1),
-                Position::Device { offset, .. } => At::Device(offset.clone() + 1),
-            };
             let (k, v) = cache.write_whole(k, v, position);
-            let out = decode::decode_attention(q, k, v, &len, scale, window);
+            let out = decode::decode_attention(q, k, v, &decode_length(position), scale, window);
             return self.o_proj.forward(out);
         }
         let bias = match position {
@@ -589,6 +599,14 @@ impl<B: Backend> Attention<B> {
             o_proj,
             ..self
         })
+    }
+}
+
+/// The number of cached positions a decode step (one position at `position`) attends over.
+fn decode_length<B: Backend>(position: &Position<B>) -> At<B> {
+    match position {
+        Position::Host(offset) => At::Host(offset + 1),
+        Position::Device { offset, .. } => At::Device(offset.clone() + 1),
     }
 }
 
@@ -1105,9 +1123,12 @@ impl<B: Backend> Llm<B> {
         self.dtype
     }
 
-    /// A cache for `capacity` positions that fits this model.
+    /// A cache for `capacity` positions that fits this model. With fused projections where
+    /// [`burn_mlx::decode`]'s kernels run, each layer's keys and values share one buffer, which a
+    /// decode step updates once.
     pub fn new_cache(&self, capacity: usize) -> KvCache<B> {
-        KvCache::new(&self.config, capacity, &self.device, self.dtype)
+        let joint = self.projections_fused() && decode::kernels_run::<B>(&self.device);
+        KvCache::with_layout(&self.config, capacity, &self.device, self.dtype, joint)
     }
 
     /// Runs `tokens` (batch 1) after the `cache.len()` positions already cached, writes their

@@ -19,6 +19,7 @@ mod lora;
 
 use burn_flex::{Flex, FlexDevice};
 use burn_mlx::{Mlx, MlxDevice};
+use burn_mlx_llm::cache::KvCache;
 use burn_mlx_llm::config::{LlmConfig, PRESETS};
 use burn_mlx_llm::error::LlmError;
 use burn_mlx_llm::generate::{generate, GenerateOptions, PREFILL_CHUNK};
@@ -146,7 +147,48 @@ fn check_fixture<B: Backend>(name: &str, device: &B::Device, backend: &str, tol:
     check_model(name, model.clone(), backend, tol);
     let fused = model.fuse_projections();
     assert!(fused.projections_fused());
+    check_joint_cache(name, &fused, backend);
     check_model(name, fused, &format!("{backend}, fused projections"), tol);
+}
+
+/// A cache whose layers hold keys and values in one buffer (what `Llm::new_cache` makes where
+/// the CUDA decode kernels run) gives the logits of the two-buffer cache: a prompt prefilled in
+/// two chunks, then tokens decoded one at a time.
+fn check_joint_cache<B: Backend>(name: &str, model: &Llm<B>, backend: &str) {
+    let reference = reference(name);
+    let tokens: Vec<u32> = reference
+        .prompt
+        .iter()
+        .chain(&reference.greedy)
+        .copied()
+        .collect();
+    let n = tokens.len();
+    let run = |joint: bool| {
+        let mut cache =
+            KvCache::with_layout(model.config(), n, model.device(), model.dtype(), joint);
+        let mut out = rows(
+            model
+                .forward(&tokens[..5], &mut cache, Logits::All)
+                .unwrap(),
+        );
+        out.extend(rows(
+            model
+                .forward(&tokens[5..9], &mut cache, Logits::All)
+                .unwrap(),
+        ));
+        for t in &tokens[9..] {
+            out.extend(rows(
+                model.forward(&[*t], &mut cache, Logits::Last).unwrap(),
+            ));
+        }
+        out
+    };
+    let diff = max_diff("joint cache", &run(true), &run(false));
+    println!("{name} on {backend}: one key/value buffer vs two, max |diff| {diff:.3e}");
+    assert!(
+        diff <= 1e-5,
+        "{name} on {backend}: joint cache differs by {diff}"
+    );
 }
 
 /// [`check_fixture`] for one model.
