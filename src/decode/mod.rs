@@ -8,7 +8,9 @@
 //! |---|---|
 //! | [`add_rms_norm`] | the residual add and the next RMS norm (both results) |
 //! | [`qkv_heads`] | the split of a fused QKV projection, its reshapes, the query/key RMS norms and RoPE |
+//! | [`qkv_heads_joint`] | the same, with keys and values side by side for a cache that holds both in one buffer |
 //! | [`decode_attention`] | the slice of the cache's filled prefix (or the mask of a fixed-shape step) and attention |
+//! | [`decode_attention_joint`] | the same over a cache of keys and values in one buffer |
 //! | [`gated`] | the split of a fused gate/up projection and SwiGLU (or GeGLU) |
 //!
 //! On [`Mlx`](crate::Mlx)'s CUDA device each is one MLX custom kernel (one primitive, one
