@@ -334,34 +334,9 @@ pub fn decode_attention<B: Backend>(
         keys.dims(),
         values.dims()
     );
-    if let At::Host(n) = len {
-        assert!(
-            *n >= 1 && *n <= cap,
-            "decode_attention: length {n} is outside the cache's 1..={cap} positions"
-        );
-    }
-    let q = match kernel_input(q) {
-        Ok(t) if d % 32 == 0 && d <= 256 => {
-            let (k, v) = (array_of(&keys), array_of(&values));
-            let n = len.array();
-            let out = t
-                .device
-                .scope(|| {
-                    cuda::decode_attention(
-                        &t.array,
-                        &k,
-                        &v,
-                        &n,
-                        [b, hq, hkv, d],
-                        scale as f32,
-                        window.unwrap_or(0),
-                        false,
-                    )
-                })
-                .or_panic("decode_attention", &[&t.array, &k]);
-            return float_from_mlx(t.with(out));
-        }
-        Ok(t) => float_from_mlx(t),
+    check_length("decode_attention", len, cap);
+    let q = match attention_kernel(q, [&keys, &values], len, hkv, scale, window, false) {
+        Ok(out) => return out,
         Err(q) => q,
     };
     let groups = hq / hkv;
@@ -421,38 +396,55 @@ pub fn decode_attention_joint<B: Backend>(
         q.dims(),
         kv.dims()
     );
-    if let At::Host(n) = len {
-        assert!(
-            *n >= 1 && *n <= cap,
-            "decode_attention_joint: length {n} is outside the cache's 1..={cap} positions"
-        );
-    }
-    let q = match kernel_input(q) {
-        Ok(t) if d % 32 == 0 && d <= 256 => {
-            let kv = array_of(&kv);
-            let n = len.array();
-            let out = t
-                .device
-                .scope(|| {
-                    cuda::decode_attention(
-                        &t.array,
-                        &kv,
-                        &kv,
-                        &n,
-                        [b, hq, hkv, d],
-                        scale as f32,
-                        window.unwrap_or(0),
-                        true,
-                    )
-                })
-                .or_panic("decode_attention_joint", &[&t.array, &kv]);
-            return float_from_mlx(t.with(out));
-        }
-        Ok(t) => float_from_mlx(t),
+    check_length("decode_attention_joint", len, cap);
+    let q = match attention_kernel(q, [&kv, &kv], len, hkv, scale, window, true) {
+        Ok(out) => return out,
         Err(q) => q,
     };
     let (keys, values) = (kv.clone().narrow(1, 0, hkv), kv.narrow(1, hkv, hkv));
     decode_attention(q, keys, values, len, scale, window)
+}
+
+/// Checks that a host length lies in `1..=capacity` (the message names `op`).
+fn check_length<B: Backend>(op: &str, len: &At<B>, capacity: usize) {
+    if let At::Host(n) = len {
+        assert!(
+            *n >= 1 && *n <= capacity,
+            "{op}: length {n} is outside the cache's 1..={capacity} positions"
+        );
+    }
+}
+
+/// The CUDA kernel of [`decode_attention`] (two buffers) and [`decode_attention_joint`] (one
+/// buffer, given twice, with `joint`) when it can run for `q` (head sizes that are multiples of
+/// 32, up to 256); `q` back otherwise.
+fn attention_kernel<B: Backend>(
+    q: Tensor<B, 4>,
+    [keys, values]: [&Tensor<B, 4>; 2],
+    len: &At<B>,
+    hkv: usize,
+    scale: f64,
+    window: Option<usize>,
+    joint: bool,
+) -> Result<Tensor<B, 2>, Tensor<B, 4>> {
+    let [b, hq, _, d] = q.dims();
+    match kernel_input(q) {
+        Ok(t) if d % 32 == 0 && d <= 256 => {
+            let (k, v) = (array_of(keys), array_of(values));
+            let n = len.array();
+            let dims = [b, hq, hkv, d];
+            let out = t
+                .device
+                .scope(|| {
+                    let w = window.unwrap_or(0);
+                    cuda::decode_attention(&t.array, &k, &v, &n, dims, scale as f32, w, joint)
+                })
+                .or_panic("decode_attention", &[&t.array, &k]);
+            Ok(float_from_mlx(t.with(out)))
+        }
+        Ok(t) => Err(float_from_mlx(t)),
+        Err(q) => Err(q),
+    }
 }
 
 /// Whether this crate's kernels run for tensors of backend `B` on `device` (the CUDA device of
