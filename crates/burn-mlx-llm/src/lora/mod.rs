@@ -224,9 +224,21 @@ impl<B: Backend> Lora<B> {
                 scale: self.config.scale,
                 dropout,
             };
+            let fused = model.projections_fused();
             model
                 .linear_mut(t.layer, &t.key)
-                .ok_or_else(|| LlmError::Input(format!("model has no layer {}", t.name())))?
+                .ok_or_else(|| {
+                    LlmError::Input(if fused {
+                        format!(
+                            "{}: the model's projections are fused (Llm::fuse_projections), and \
+                             adapters name the separate layers: add the adapters to a model \
+                             that is not fused",
+                            t.name()
+                        )
+                    } else {
+                        format!("model has no layer {}", t.name())
+                    })
+                })?
                 .set_lora(Some(update));
         }
         Ok(())

@@ -442,6 +442,16 @@ fn adapters_that_do_not_fit_are_clear_errors() {
         e.contains("self_attn.qkv") && e.contains("self_attn.q_proj"),
         "{e}"
     );
+
+    // A model whose projections are fused has no separate layers for the adapters.
+    let mut fused = load_model::<Mlx>(&fixture("qwen3"), &MlxDevice::Cpu, DType::F32)
+        .expect("model")
+        .fuse_projections();
+    let e = lora
+        .install(&mut fused, false)
+        .expect_err("fused")
+        .to_string();
+    assert!(e.contains("fused") && e.contains("q_proj"), "{e}");
 }
 
 /// The loss and adapter gradients of `lora` on `model` for `batch`.
