@@ -495,7 +495,15 @@ impl<B: Backend> Attention<B> {
                         let out = decode::decode_attention_joint(q, kv, &len, scale, window);
                         return self.o_proj.forward(out);
                     }
-                    (q, kv.clone().narrow(1, 0, hkv), kv.narrow(1, hkv, hkv))
+                    let kv = cache.write_joint(kv, position);
+                    let (k, v) = (kv.clone().narrow(1, 0, hkv), kv.narrow(1, hkv, hkv));
+                    let (k, v) = match position {
+                        Position::Host(offset) => {
+                            (k.narrow(2, 0, offset + seq), v.narrow(2, 0, offset + seq))
+                        }
+                        Position::Device { .. } => (k, v),
+                    };
+                    return self.attend(q, k, v, position, window, band);
                 }
             }
             Packed::Separate(_) => {
@@ -529,6 +537,25 @@ impl<B: Backend> Attention<B> {
             let out = decode::decode_attention(q, k, v, &decode_length(position), scale, window);
             return self.o_proj.forward(out);
         }
+        let (k, v) = cache.write(k, v, position);
+        self.attend(q, k, v, position, window, band)
+    }
+
+    /// Attention of `q` (`[1, heads, seq, d]`) over the keys and values that the cache gave back
+    /// (the filled prefix for a host position, the whole buffers for a device one), then the
+    /// output projection.
+    fn attend(
+        &self,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        position: &Position<B>,
+        window: Option<usize>,
+        band: Option<&Tensor<B, 4>>,
+    ) -> Result<Tensor<B, 2>> {
+        let [_, _, seq, _] = q.dims();
+        let (hq, d) = (self.num_heads, self.head_dim);
+        let scale = 1.0 / (d as f64).sqrt();
         let bias = match position {
             Position::Host(_) => None,
             Position::Device {
@@ -538,7 +565,6 @@ impl<B: Backend> Attention<B> {
                 _ => Some(bias.clone()),
             },
         };
-        let (k, v) = cache.write(k, v, position);
         // A sliding layer whose filled prefix is longer than its window: one query position
         // reads the window's keys alone; several take the banded mask `band`.
         let (k, v, bias) = match (position, window) {
