@@ -174,7 +174,7 @@ struct Args {
     /// Smaller batches (encoder 16 and 32, decoder 2 and 4) and fewer steps, for the CPU.
     #[arg(long)]
     quick: bool,
-    /// Timed steps per row and variant (after 12 warm-up steps).
+    /// Timed steps per row and variant (after the warm-up steps).
     #[arg(long, default_value_t = 20)]
     steps: usize,
     /// Also time burn-nn's layers on burn-flex (the CPU peer).
@@ -183,6 +183,17 @@ struct Args {
     /// Write the rows as JSON here (for scripts/train_reference.py).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run only these rows, as `WORKLOAD:BATCH` (e.g. `decoder:32`); all rows when empty.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Run only these variants (`burn-nn`, `burn-nn+overlap`, `fused`, `fused+overlap`); all
+    /// when empty.
+    #[arg(long, value_delimiter = ',')]
+    variants: Vec<String>,
+    /// Untimed steps before the timed ones (the step counted for primitives is the last of
+    /// them).
+    #[arg(long, default_value_t = 12)]
+    warmup: usize,
 }
 
 /// One timed row.
@@ -220,19 +231,19 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn time_steps<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: M,
     loss: &dyn Fn(&M) -> Tensor<B, 1>,
-    steps: usize,
+    (warmup, steps): (usize, usize),
     variant: &str,
 ) -> (f64, f64, f64, f64, Option<usize>) {
     let overlap = variant.ends_with("overlap");
     if variant.starts_with("fused") {
         let optim = burn_mlx::optim::AdamConfig::new().init::<B, M>();
-        time_with(model, optim, loss, steps, overlap)
+        time_with(model, optim, loss, (warmup, steps), overlap)
     } else {
         time_with(
             model,
             AdamConfig::new().init::<B, M>(),
             loss,
-            steps,
+            (warmup, steps),
             overlap,
         )
     }
@@ -243,19 +254,19 @@ fn time_with<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
     mut model: M,
     mut optim: O,
     loss: &dyn Fn(&M) -> Tensor<B, 1>,
-    steps: usize,
+    (warmup, steps): (usize, usize),
     overlap: bool,
 ) -> (f64, f64, f64, f64, Option<usize>) {
     let (mut total, mut build, mut start, mut wait) = (vec![], vec![], vec![], vec![]);
     let mut pending: Option<Tensor<B, 1>> = None;
     let mut primitives = None;
-    for i in 0..12 + steps {
+    for i in 0..warmup + steps {
         let t0 = Instant::now();
         let l = loss(&model);
         let grads = GradientsParams::from_grads(l.backward(), &model);
         model = optim.step(1e-3, model, grads);
         let t1 = Instant::now();
-        if i == 11 {
+        if i + 1 == warmup {
             // One step's graph, counted before it is evaluated (the parameters and the loss).
             let mut arrays = Arrays(vec![]);
             model.valid().visit(&mut arrays);
@@ -279,7 +290,7 @@ fn time_with<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
             let _ = l.into_scalar().elem::<f64>();
         }
         let t3 = Instant::now();
-        if i >= 12 {
+        if i >= warmup {
             total.push((t3 - t0).as_secs_f64());
             build.push((t1 - t0).as_secs_f64());
             start.push((t2 - t1).as_secs_f64());
@@ -339,30 +350,43 @@ fn run_rows<B: AutodiffBackend>(
         );
         rows.push(row);
     };
+    let wanted = |workload: &str, batch: usize| {
+        args.only.is_empty()
+            || args
+                .only
+                .iter()
+                .any(|o| *o == format!("{workload}:{batch}"))
+    };
+    let variants: Vec<&'static str> = variants
+        .iter()
+        .copied()
+        .filter(|v| args.variants.is_empty() || args.variants.iter().any(|w| w == v))
+        .collect();
+    let counts = (args.warmup, args.steps);
     let shape = |b: usize| [b, Encoder::<B>::SEQ, Encoder::<B>::D_MODEL];
-    for b in enc_batches {
+    for b in enc_batches.into_iter().filter(|&b| wanted("encoder", b)) {
         let x = Tensor::<B, 3>::random(shape(b), Distribution::Default, device);
         let target = Tensor::<B, 3>::random(shape(b), Distribution::Default, device);
-        for &v in variants {
+        for &v in &variants {
             let r = if v.starts_with("fused") {
                 let m = fused_layers::EncoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(x.clone(), target.clone()), args.steps, v)
+                time_steps(m, &|m| m.loss(x.clone(), target.clone()), counts, v)
             } else {
                 let m = nn_layers::EncoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(x.clone(), target.clone()), args.steps, v)
+                time_steps(m, &|m| m.loss(x.clone(), target.clone()), counts, v)
             };
             record("encoder", b, v, r);
         }
     }
-    for b in dec_batches {
+    for b in dec_batches.into_iter().filter(|&b| wanted("decoder", b)) {
         let data = LmData::<B>::new(b, device);
-        for &v in variants {
+        for &v in &variants {
             let r = if v.starts_with("fused") {
                 let m = fused_layers::DecoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(&data), args.steps, v)
+                time_steps(m, &|m| m.loss(&data), counts, v)
             } else {
                 let m = nn_layers::DecoderModel::<B>::new(device);
-                time_steps(m, &|m| m.loss(&data), args.steps, v)
+                time_steps(m, &|m| m.loss(&data), counts, v)
             };
             record("decoder", b, v, r);
         }
@@ -381,8 +405,8 @@ fn main() {
         }
     };
     println!(
-        "Burn 0.21.0 + Mlx on {device:?}; {} timed steps per row after 12 warm-up steps",
-        args.steps
+        "Burn 0.21.0 + Mlx on {device:?}; {} timed steps per row after {} warm-up steps",
+        args.steps, args.warmup
     );
     let mut rows = Vec::new();
     run_rows::<Autodiff<Mlx>>(
