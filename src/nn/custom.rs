@@ -53,6 +53,34 @@ pub(crate) trait FusedOp: Send + Sync + Debug + 'static {
     /// The output, built from MLX ops on the differentiable `inputs` and the `side` inputs
     /// (called for the forward pass, and traced by MLX for the backward pass).
     fn forward(&self, inputs: &[Array], side: &[Array]) -> Result<Array, mlx_rs::error::Exception>;
+
+    /// The gradients of the differentiable `inputs` for the output's `cotangent`, built from MLX
+    /// ops (traced once per input signature and compiled by MLX). By default MLX's own
+    /// vector-Jacobian product of [`forward`](Self::forward); an op overrides it where MLX's
+    /// product runs slowly on some device.
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        side: &[Array],
+        cotangent: &Array,
+    ) -> Result<Vec<Array>, mlx_rs::error::Exception> {
+        mlx_vjp(|xs| self.forward(xs, side), inputs, cotangent)
+    }
+}
+
+/// MLX's vector-Jacobian product of `f` at `primals` for `cotangent`.
+pub(crate) fn mlx_vjp(
+    f: impl FnMut(&[Array]) -> Result<Array, mlx_rs::error::Exception>,
+    primals: &[Array],
+    cotangent: &Array,
+) -> Result<Vec<Array>, mlx_rs::error::Exception> {
+    let mut f = f;
+    mlx_rs::transforms::fallible_vjp(
+        |xs: &[Array]| f(xs).map(|y| vec![y]),
+        primals,
+        std::slice::from_ref(cotangent),
+    )
+    .map(|(_, grads)| grads)
 }
 
 /// A compiled backward function: primals, side inputs and the cotangent in, one gradient per
@@ -65,9 +93,9 @@ thread_local! {
     static BACKWARD: RefCell<HashMap<String, BackwardFn>> = RefCell::new(HashMap::new());
 }
 
-/// The gradients of `op`'s differentiable inputs `primals` for the output's `cotangent`: MLX's
-/// vector-Jacobian product of [`FusedOp::forward`], compiled by MLX once per op key and input
-/// signature so that its elementwise runs become fused kernels.
+/// The gradients of `op`'s differentiable inputs `primals` for the output's `cotangent`:
+/// [`FusedOp::vjp`] (by default MLX's vector-Jacobian product of [`FusedOp::forward`]), compiled
+/// by MLX once per op key and input signature so that its elementwise runs become fused kernels.
 fn vjp_compiled(
     op: &Arc<dyn FusedOp>,
     primals: &[Array],
@@ -84,12 +112,7 @@ fn vjp_compiled(
             let backward = move |all: &[Array]| {
                 let (primals, rest) = all.split_at(n);
                 let (side, cotangent) = rest.split_at(m);
-                mlx_rs::transforms::fallible_vjp(
-                    |xs: &[Array]| op.forward(xs, side).map(|y| vec![y]),
-                    primals,
-                    cotangent,
-                )
-                .map(|(_, grads)| grads)
+                op.vjp(primals, side, &cotangent[0])
             };
             Box::new(mlx_rs::transforms::compile::compile(backward, false))
         });

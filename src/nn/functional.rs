@@ -100,6 +100,36 @@ impl FusedOp for LayerNormOp {
         let beta = if self.bias { Some(&xs[2]) } else { None };
         fast::layer_norm(&xs[0], Some(&xs[1]), beta, self.epsilon)
     }
+
+    /// `x`'s gradient is MLX's product for the normalization alone (no weight, no bias) at
+    /// `g · gamma`; `gamma`'s and `beta`'s are [`column_sum`]s of `g · x̂` and `g`. MLX's own
+    /// product with a weight sums those columns in its CUDA kernel on too few thread blocks.
+    fn vjp(&self, xs: &[Array], _: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
+        let eps = self.epsilon;
+        let (x, gamma) = (&xs[0], &xs[1]);
+        let normalize = |v: &[Array]| fast::layer_norm(&v[0], None, None, eps);
+        let gx = custom::mlx_vjp(normalize, std::slice::from_ref(x), &g.multiply(gamma)?)?;
+        let normed = fast::layer_norm(x, None, None, eps)?;
+        let mut grads = vec![
+            gx.into_iter().next().expect("one gradient"),
+            column_sum(&g.multiply(&normed)?, gamma.dtype())?,
+        ];
+        if self.bias {
+            grads.push(column_sum(g, xs[2].dtype())?);
+        }
+        Ok(grads)
+    }
+}
+
+/// `a` `[…, d]` summed over every axis but the last, as a `[d]` array of `dtype` (accumulated
+/// in f32), through [`sum_axis_split`](crate::ops::base::sum_axis_split): the gradient of a
+/// normalization's weight or bias.
+fn column_sum(a: &Array, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
+    let d = *a.shape().last().unwrap_or(&1);
+    let rows = a.reshape(&[-1, d])?.as_dtype(mlx_rs::Dtype::Float32)?;
+    crate::ops::base::sum_axis_split(&rows, 0, true)?
+        .reshape(&[d])?
+        .as_dtype(dtype)
 }
 
 /// Root-mean-square normalization over the last axis, `x / sqrt(mean(x²) + epsilon) · gamma`,
@@ -154,6 +184,20 @@ impl FusedOp for RmsNormOp {
 
     fn forward(&self, xs: &[Array], _: &[Array]) -> Result<Array, Exception> {
         fast::rms_norm(&xs[0], Some(&xs[1]), self.epsilon)
+    }
+
+    /// As [`LayerNormOp`]'s: MLX's product for the normalization alone at `g · gamma`, and a
+    /// [`column_sum`] for `gamma`.
+    fn vjp(&self, xs: &[Array], _: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
+        let eps = self.epsilon;
+        let (x, gamma) = (&xs[0], &xs[1]);
+        let normalize = |v: &[Array]| fast::rms_norm(&v[0], None, eps);
+        let gx = custom::mlx_vjp(normalize, std::slice::from_ref(x), &g.multiply(gamma)?)?;
+        let normed = fast::rms_norm(x, None, eps)?;
+        Ok(vec![
+            gx.into_iter().next().expect("one gradient"),
+            column_sum(&g.multiply(&normed)?, gamma.dtype())?,
+        ])
     }
 }
 

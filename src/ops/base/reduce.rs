@@ -21,12 +21,56 @@ pub(crate) fn sum(t: MlxTensor) -> MlxTensor {
     })
 }
 
-/// Sum along `dim`, keeping it.
+/// Sum along `dim`, keeping it (floats on the GPU through [`sum_axis_split`]).
 pub(crate) fn sum_dim(t: MlxTensor, dim: usize) -> MlxTensor {
     let dtype = t.array.dtype();
+    let split = t.device == MlxDevice::Gpu && is_float(dtype);
     unary(t, "sum_dim", |a| {
-        cast_array(accumulable(a)?.sum_axis(dim as i32, true)?, dtype)
+        cast_array(sum_axis_split(&accumulable(a)?, dim, split)?, dtype)
     })
+}
+
+/// `a` summed along `axis`, which is kept with length 1.
+///
+/// With `split`, a long column reduction that MLX's CUDA backend would give too few thread
+/// blocks runs in two passes instead. MLX 0.32's `col_reduce_looped` starts one block per 32
+/// output columns and loops each block over every reduced row, so the bias gradient of a
+/// `[8192, 512]` activation (512 sums of 8,192 rows) ran on 16 blocks of an H200's 132
+/// multiprocessors and took 92 us, where reading its 16 MB takes about 5 us. Here the rows
+/// are cut into `k` groups: the first pass sums each group (`k` times as many blocks), the
+/// second the `k` partial sums. Sums over the last axis (row reductions), short columns and
+/// wide outputs go to MLX as one reduction.
+pub(crate) fn sum_axis_split(a: &Array, axis: usize, split: bool) -> MlxResult {
+    let shape = a.shape();
+    let rows = shape[axis] as usize;
+    let outer: usize = shape[..axis].iter().map(|&d| d as usize).product();
+    let inner: usize = shape[axis + 1..].iter().map(|&d| d as usize).product();
+    let groups = if split {
+        row_groups(outer, rows, inner)
+    } else {
+        None
+    };
+    let Some(k) = groups else {
+        return a.sum_axis(axis as i32, true);
+    };
+    let split_shape = [outer as i32, k as i32, (rows / k) as i32, inner as i32];
+    let partial = a.reshape(&split_shape)?.sum_axis(2, false)?;
+    let mut kept = shape.to_vec();
+    kept[axis] = 1;
+    partial.sum_axis(1, false)?.reshape(&kept)
+}
+
+/// The number of row groups for [`sum_axis_split`]: `None` where MLX's one reduction already
+/// has enough thread blocks (an output of 8,192 or more values, 32 per block), the columns are
+/// short (under 2,048 rows) or the axis is the last one; otherwise the divisor of `rows`
+/// between 8 and 64 closest to 32 (`None` when it has none).
+fn row_groups(outer: usize, rows: usize, inner: usize) -> Option<usize> {
+    if inner == 1 || rows < 2048 || outer * inner >= 8192 {
+        return None;
+    }
+    (8..=64)
+        .filter(|k| rows % k == 0)
+        .min_by_key(|&k| k.abs_diff(32))
 }
 
 /// `a` in a dtype whose sums, products, means and scans are accurate: f16/bf16 widened to f32,
@@ -313,4 +357,50 @@ pub(crate) fn any_dim(t: MlxTensor, dim: usize) -> MlxTensor {
 /// `all` along `dim`, keeping it.
 pub(crate) fn all_dim(t: MlxTensor, dim: usize) -> MlxTensor {
     unary(t, "all_dim", |a| a.all_axis(dim as i32, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{row_groups, sum_axis_split};
+    use mlx_rs::random;
+
+    /// The two-pass sum equals MLX's one reduction (to f32 rounding) on the shapes it splits,
+    /// and is MLX's reduction itself on those it does not.
+    #[test]
+    fn split_sums_match_one_reduction() {
+        for (shape, axis, splits) in [
+            (vec![8192, 16], 0, true),
+            (vec![3, 4000, 5], 1, true),
+            (vec![2, 2048, 3, 4], 1, true),
+            (vec![2053, 16], 0, false),
+            (vec![16, 8192], 1, false),
+            (vec![2048, 8192], 0, false),
+        ] {
+            let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+            let outer: usize = dims[..axis].iter().product();
+            let inner: usize = dims[axis + 1..].iter().product();
+            assert_eq!(
+                row_groups(outer, dims[axis], inner).is_some(),
+                splits,
+                "{shape:?}"
+            );
+            let a = random::normal::<f32>(&shape, None, None, None).unwrap();
+            let two = sum_axis_split(&a, axis, true).unwrap();
+            let one = a.sum_axis(axis as i32, true).unwrap();
+            assert_eq!(two.shape(), one.shape());
+            let diff = two
+                .subtract(&one)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max(None)
+                .unwrap();
+            let scale = one.abs().unwrap().max(None).unwrap();
+            let (diff, scale) = (diff.item::<f32>(), scale.item::<f32>());
+            assert!(
+                diff <= 1e-5 * (1.0 + scale),
+                "{shape:?} axis {axis}: {diff} of {scale}"
+            );
+        }
+    }
 }

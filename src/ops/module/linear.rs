@@ -15,7 +15,8 @@
 //! is summed in f32 for f16 and bf16 on every device, as `float_sum_dim` does.
 
 use super::common::{accumulation_dtype, run, Res};
-use crate::ops::base::matmul_add;
+use crate::device::MlxDevice;
+use crate::ops::base::{matmul_add, sum_axis_split};
 use crate::tensor::MlxTensor;
 use mlx_rs::Array;
 
@@ -82,15 +83,16 @@ pub(crate) fn linear_weight_backward(x: MlxTensor, output_grad: MlxTensor) -> Ml
     })
 }
 
-/// The bias's gradient: `output_grad` summed over every dimension but the last.
+/// The bias's gradient: `output_grad` summed over every dimension but the last (on the GPU in
+/// two passes where MLX's one column reduction would use too few thread blocks: see
+/// [`sum_axis_split`]).
 pub(crate) fn linear_bias_backward(output_grad: MlxTensor) -> MlxTensor {
     run("linear_bias_backward", &[&output_grad], || {
         let g = &output_grad.array;
         let dtype = g.dtype();
-        let axes: Vec<i32> = (0..g.ndim() as i32 - 1).collect();
-        let sum = g
-            .as_dtype(accumulation_dtype(dtype))?
-            .sum_axes(&axes, false)?;
-        Ok(sum.as_dtype(dtype)?)
+        let n = *g.shape().last().unwrap_or(&1);
+        let split = output_grad.device == MlxDevice::Gpu;
+        let sum = sum_axis_split(&rows(&g.as_dtype(accumulation_dtype(dtype))?)?, 0, split)?;
+        Ok(sum.reshape(&[n])?.as_dtype(dtype)?)
     })
 }
