@@ -6,10 +6,8 @@
 //! (`__int_as_float`), since template arguments are integers.
 
 use crate::error::MlxError;
-use crate::native::kernel::{CudaKernel, TemplateArg};
+use crate::native::kernel::{self, CudaKernel, TemplateArg};
 use mlx_rs::{Array, Dtype};
-use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// Warp and block reductions shared by the kernels.
 const HEADER: &str = r#"
@@ -224,7 +222,7 @@ const GATED: &str = r#"
   y[idx] = static_cast<T>(act * u);
 "#;
 
-/// The kernels of this thread, made on first use (MLX compiles each on its first launch).
+/// [`kernel::with_kernel`] with this module's helpers as the header.
 fn with_kernel<T>(
     name: &'static str,
     inputs: &[&str],
@@ -232,16 +230,7 @@ fn with_kernel<T>(
     source: impl FnOnce() -> String,
     f: impl FnOnce(&CudaKernel) -> T,
 ) -> T {
-    thread_local! {
-        static KERNELS: RefCell<HashMap<&'static str, CudaKernel>> = RefCell::new(HashMap::new());
-    }
-    KERNELS.with(|cell| {
-        let mut map = cell.borrow_mut();
-        let kernel = map
-            .entry(name)
-            .or_insert_with(|| CudaKernel::new(name, inputs, outputs, &source(), HEADER));
-        f(kernel)
-    })
+    kernel::with_kernel(name, inputs, outputs, source, HEADER, f)
 }
 
 /// Threads per block for a row of `n` values.

@@ -229,3 +229,26 @@ impl Drop for CudaKernel {
         }
     }
 }
+
+/// Runs `f` on the kernel `name` of this thread, made on first use from `source()` and `header`
+/// (MLX compiles it on its first launch in the process). Kernels are made per thread because
+/// MLX's graph building is per thread.
+pub(crate) fn with_kernel<T>(
+    name: &'static str,
+    inputs: &[&str],
+    outputs: &[&str],
+    source: impl FnOnce() -> String,
+    header: &str,
+    f: impl FnOnce(&CudaKernel) -> T,
+) -> T {
+    thread_local! {
+        static KERNELS: RefCell<HashMap<&'static str, CudaKernel>> = RefCell::new(HashMap::new());
+    }
+    KERNELS.with(|cell| {
+        let mut map = cell.borrow_mut();
+        let kernel = map
+            .entry(name)
+            .or_insert_with(|| CudaKernel::new(name, inputs, outputs, &source(), header));
+        f(kernel)
+    })
+}

@@ -489,3 +489,64 @@ fn adamw_tracks_burn_optim() {
         );
     }
 }
+
+/// Two parameters whose gradients depend on their values, for the optimizer checks.
+#[derive(Module, Debug)]
+struct Quadratic<B: Backend> {
+    w: Param<Tensor<B, 2>>,
+    b: Param<Tensor<B, 1>>,
+}
+
+impl<B: Backend> Quadratic<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            w: Param::from_data(rand_f(&[300, 7], (-1.0, 1.0), 81), device),
+            b: Param::from_data(rand_f(&[5], (-1.0, 1.0), 82), device),
+        }
+    }
+
+    /// `sum(w² · c) + sum(b³)` for fixed `c`.
+    fn loss(&self) -> Tensor<B, 1> {
+        let device = self.w.val().device();
+        let c = Tensor::<B, 2>::from_data(rand_f(&[300, 7], (0.5, 2.0), 83), &device);
+        (self.w.val().powi_scalar(2) * c).sum() + self.b.val().powi_scalar(3).sum()
+    }
+}
+
+/// The parameters after `steps` steps of `optim` on [`Quadratic`].
+fn optimized<B: AutodiffBackend, O: Optimizer<Quadratic<B>, B>>(
+    mut optim: O,
+    steps: usize,
+    device: &B::Device,
+) -> Vec<TensorData> {
+    let mut model = Quadratic::<B>::new(device);
+    for _ in 0..steps {
+        let grads = GradientsParams::from_grads(model.loss().backward(), &model);
+        model = optim.step(1e-2, model, grads);
+    }
+    vec![model.w.val().to_data(), model.b.val().to_data()]
+}
+
+/// On MLX's CUDA device the update is one custom kernel per parameter: Adam and AdamW (with
+/// weight decay) give burn-optim's parameters on NdArray. The GPU test machine runs it; without
+/// a GPU it checks nothing and says so.
+#[test]
+fn optimizer_update_on_the_gpu_matches_burn_optim() {
+    if !MlxDevice::gpu_available() {
+        println!("no MLX GPU here: the CUDA update kernel is checked on a GPU machine");
+        return;
+    }
+    let gpu = MlxDevice::Gpu;
+    let ours = optimized::<MlxAd, _>(burn_mlx::optim::AdamConfig::new().init(), 8, &gpu);
+    let theirs = optimized::<NdAd, _>(AdamConfig::new().init(), 8, &ND);
+    for (a, b) in ours.into_iter().zip(theirs) {
+        assert_close("Adam on the GPU", a, b, 1e-5);
+    }
+    let config = burn_mlx::optim::AdamWConfig::new().with_weight_decay(0.1);
+    let ours = optimized::<MlxAd, _>(config.init(), 8, &gpu);
+    let reference = burn_optim::AdamWConfig::new().with_weight_decay(0.1);
+    let theirs = optimized::<NdAd, _>(reference.init(), 8, &ND);
+    for (a, b) in ours.into_iter().zip(theirs) {
+        assert_close("AdamW on the GPU", a, b, 1e-5);
+    }
+}

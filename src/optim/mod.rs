@@ -13,7 +13,10 @@
 
 use burn_core as burn;
 
+mod cuda;
+
 use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::interop::{from_mlx, to_mlx};
 use crate::nn::custom;
 use crate::tensor::{constant_scalar_array, MlxTensor, OrPanic};
@@ -116,13 +119,30 @@ fn moments<B: Backend, const D: usize>(
     }
 }
 
-/// Runs the compiled update `rule` on `[p, g, m, v]` and `scalars` (as 0-d arrays of `p`'s
-/// dtype); returns the new parameter and moments.
+/// Whether the update runs as [`cuda::update`]'s kernel for `p`: on MLX's CUDA device (Linux
+/// GPU), for a float parameter with values, unless `BURN_MLX_ADAM_KERNEL=0` (read once) selects
+/// the compiled MLX function there too.
+fn cuda_kernel(p: &MlxTensor) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    cfg!(target_os = "linux")
+        && p.device() == MlxDevice::Gpu
+        && crate::dtype::is_float(p.array().dtype())
+        && p.array().size() > 0
+        && *ON.get_or_init(|| std::env::var("BURN_MLX_ADAM_KERNEL").map_or(true, |v| v != "0"))
+}
+
+/// Runs the update `rule` on `[p, g, m, v]` and `scalars`: one CUDA kernel on MLX's CUDA device
+/// ([`cuda::update`]), elsewhere the compiled MLX function (scalars as 0-d arrays of `p`'s
+/// dtype). Returns the new parameter and moments.
 fn run_update(rule: Rule, arrays: [&MlxTensor; 4], scalars: &[f32]) -> [MlxTensor; 3] {
     let [p, g, m, v] = arrays;
     let dtype = p.array().dtype();
     let device = p.device();
     let outputs = device.scope(|| {
+        if cuda_kernel(p) {
+            let arrays = [p.array(), g.array(), m.array(), v.array()];
+            return cuda::update(rule, arrays, scalars).map_err(|e| e.to_string());
+        }
         let mut inputs: Vec<Array> = arrays.iter().map(|t| t.array().clone()).collect();
         // Scalars made in the parameter's dtype: no cast primitive per scalar and step.
         inputs.extend(
@@ -136,7 +156,7 @@ fn run_update(rule: Rule, arrays: [&MlxTensor; 4], scalars: &[f32]) -> [MlxTenso
                 Rule::Adam => Box::new(mlx_rs::transforms::compile::compile(update, true)),
                 Rule::AdamW => Box::new(mlx_rs::transforms::compile::compile(update_w, true)),
             });
-            f(&inputs)
+            f(&inputs).map_err(|e| e.to_string())
         })
     });
     let mut out = outputs
