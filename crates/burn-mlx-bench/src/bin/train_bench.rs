@@ -194,7 +194,17 @@ struct Args {
     /// them).
     #[arg(long, default_value_t = 12)]
     warmup: usize,
+    /// Print the MLX primitives of the counted step by kind, most frequent first.
+    #[arg(long)]
+    primitives: bool,
+    /// Run the fused layers on MLX's CPU device too (`burn_mlx::nn::fuse_on_cpu`), so that a CPU
+    /// run builds the GPU's graphs.
+    #[arg(long)]
+    fuse_on_cpu: bool,
 }
+
+/// Whether `--primitives` was given.
+static SHOW_PRIMITIVES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// One timed row.
 struct Row {
@@ -257,6 +267,7 @@ fn time_with<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
     (warmup, steps): (usize, usize),
     overlap: bool,
 ) -> (f64, f64, f64, f64, Option<usize>) {
+    let show_primitives = SHOW_PRIMITIVES.load(std::sync::atomic::Ordering::Relaxed);
     let (mut total, mut build, mut start, mut wait) = (vec![], vec![], vec![], vec![]);
     let mut pending: Option<Tensor<B, 1>> = None;
     let mut primitives = None;
@@ -274,9 +285,17 @@ fn time_with<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
                 arrays.0.push(t);
             }
             let refs: Vec<&MlxTensor> = arrays.0.iter().collect();
-            primitives = pending_primitives(&refs)
-                .ok()
-                .map(|m| m.values().sum::<usize>());
+            let counts = pending_primitives(&refs).ok();
+            if show_primitives {
+                if let Some(counts) = &counts {
+                    let mut by_count: Vec<_> = counts.iter().collect();
+                    by_count.sort_by(|a, b| b.1.cmp(a.1));
+                    let list: Vec<String> =
+                        by_count.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                    println!("  primitives: {}", list.join(", "));
+                }
+            }
+            primitives = counts.map(|m| m.values().sum::<usize>());
         }
         let t2;
         if overlap {
@@ -408,6 +427,10 @@ fn main() {
         "Burn 0.21.0 + Mlx on {device:?}; {} timed steps per row after {} warm-up steps",
         args.steps, args.warmup
     );
+    SHOW_PRIMITIVES.store(args.primitives, std::sync::atomic::Ordering::Relaxed);
+    if args.fuse_on_cpu {
+        burn_mlx::nn::fuse_on_cpu(true);
+    }
     let mut rows = Vec::new();
     run_rows::<Autodiff<Mlx>>(
         &device,
