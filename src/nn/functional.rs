@@ -313,6 +313,33 @@ impl FusedOp for AttentionOp {
             None,
         )
     }
+
+    /// For as many key heads as query heads: the gradients from the probabilities recomputed
+    /// with two GEMMs and a softmax, `dv = pᵀ·g`, `dp = g·vᵀ`, `ds = p·(dp - rowsum(g·o))` with
+    /// `o = p·v`, `dq = ds·k·scale`, `dk = dsᵀ·q·scale`. MLX's product of its composed
+    /// attention (MLX 0.32's CUDA attention kernels take no f32 and no gradient) made about a
+    /// dozen elementwise passes over the `[batch, heads, seq, seq]` scores per layer; this
+    /// makes three (the mask, the softmax, `ds`). Grouped-query attention keeps MLX's product.
+    fn vjp(&self, xs: &[Array], side: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
+        let (q, k, v) = (&xs[0], &xs[1], &xs[2]);
+        if q.shape()[1] != k.shape()[1] {
+            return custom::mlx_vjp(|xs| self.forward(xs, side), xs, g);
+        }
+        let scale = constant_scalar_array(Scalar::Float(self.scale as f64), q.dtype());
+        let mut scores = q.multiply(&scale)?.matmul(&k.swap_axes(-1, -2)?)?;
+        if let Some(mask) = side.first() {
+            scores = scores.add(mask)?;
+        }
+        let p = ops::softmax_axis(&scores, -1, true)?;
+        let o = p.matmul(v)?;
+        let dv = p.swap_axes(-1, -2)?.matmul(g)?;
+        let dp = g.matmul(&v.swap_axes(-1, -2)?)?;
+        let row = g.multiply(&o)?.sum_axis(-1, true)?;
+        let ds = p.multiply(&dp.subtract(&row)?)?;
+        let dq = ds.matmul(k)?.multiply(&scale)?;
+        let dk = ds.swap_axes(-1, -2)?.matmul(q)?.multiply(&scale)?;
+        Ok(vec![dq, dk, dv])
+    }
 }
 
 /// The mean cross-entropy of `logits` `[batch, classes]` against class indices `targets`
