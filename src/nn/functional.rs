@@ -319,10 +319,17 @@ impl FusedOp for AttentionOp {
     /// `o = p·v`, `dq = ds·k·scale`, `dk = dsᵀ·q·scale`. MLX's product of its composed
     /// attention (MLX 0.32's CUDA attention kernels take no f32 and no gradient) made about a
     /// dozen elementwise passes over the `[batch, heads, seq, seq]` scores per layer; this
-    /// makes three (the mask, the softmax, `ds`). Grouped-query attention keeps MLX's product.
+    /// makes three (the mask, the softmax, `ds`). Grouped-query attention, and half precision
+    /// in the shapes of MLX's cuDNN attention (query length a multiple of 128, head size a
+    /// multiple of 8 up to 128: a fused backward of its own), keep MLX's product.
     fn vjp(&self, xs: &[Array], side: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
         let (q, k, v) = (&xs[0], &xs[1], &xs[2]);
-        if q.shape()[1] != k.shape()[1] {
+        let (shape, dtype) = (q.shape(), q.dtype());
+        let fused_half = matches!(dtype, mlx_rs::Dtype::Float16 | mlx_rs::Dtype::Bfloat16)
+            && shape[2] % 128 == 0
+            && shape[3] % 8 == 0
+            && shape[3] <= 128;
+        if shape[1] != k.shape()[1] || fused_half {
             return custom::mlx_vjp(|xs| self.forward(xs, side), xs, g);
         }
         let scale = constant_scalar_array(Scalar::Float(self.scale as f64), q.dtype());
