@@ -2,11 +2,15 @@
 
 use super::base::{binary, unary};
 use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::native;
 use crate::tensor::scalar_array;
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
+use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array, Dtype};
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 impl ActivationOps<Self> for Mlx {
     fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -22,32 +26,14 @@ impl ActivationOps<Self> for Mlx {
     }
 
     fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        // x * (1 + erf(x / sqrt(2))) / 2, the exact GELU Burn defines.
-        unary(tensor, "gelu", |x| {
-            let dtype = x.dtype();
-            let c = Array::from_f32(std::f32::consts::FRAC_1_SQRT_2).as_dtype(dtype)?;
-            let half = Array::from_f32(0.5).as_dtype(dtype)?;
-            let one = Array::from_f32(1.0).as_dtype(dtype)?;
-            let e = native::erf(&x.multiply(&c)?)?;
-            x.multiply(&e.add(&one)?)?.multiply(&half)
-        })
+        let gpu = tensor.device == MlxDevice::Gpu;
+        unary(tensor, "gelu", |x| fused_on_gpu("gelu", &[x], gpu, gelu))
     }
 
     fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        // Burn's gradient for GELU (every backend's, burn-ndarray's included) is the derivative
-        // of the tanh approximation: with u = c2 x + c1 x^3 and v = c4 x + c3 x^3,
-        //   y = 0.5 (1 + tanh u) + v (1 - tanh^2 u) = (1 + t) (0.5 + v (1 - t)),  t = tanh u.
-        // Burn's default builds it from 14 ops with `powi(x, 3)` (a libm `pow` per element on
-        // MLX's CPU); x^2 is computed once here and the polynomial is factored.
+        let gpu = x.device == MlxDevice::Gpu;
         binary(x, grad, "gelu_backward", |x, g| {
-            let c = |v: f64| scalar_array(burn_backend::Scalar::Float(v), x.dtype());
-            let (one, half) = (c(1.0), c(0.5));
-            let x2 = x.square()?;
-            let u = x.multiply(&x2.multiply(c(0.035_677_4))?.add(c(0.797_885))?)?;
-            let v = x.multiply(&x2.multiply(c(0.053_516_1))?.add(c(0.398_942))?)?;
-            let t = native::tanh(&u)?;
-            let right = v.multiply(&one.subtract(&t)?)?.add(&half)?;
-            one.add(&t)?.multiply(&right)?.multiply(g)
+            fused_on_gpu("gelu_backward", &[x, g], gpu, gelu_backward)
         })
     }
 
@@ -96,4 +82,63 @@ impl ActivationOps<Self> for Mlx {
             }
         })
     }
+}
+
+/// `x · (1 + erf(x / √2)) / 2`, the exact GELU Burn defines.
+fn gelu(xs: &[Array]) -> Result<Array, Exception> {
+    let x = &xs[0];
+    let c = |v: f64| scalar_array(burn_backend::Scalar::Float(v), x.dtype());
+    let e = native::erf(&x.multiply(c(std::f64::consts::FRAC_1_SQRT_2))?)?;
+    x.multiply(&e.add(c(1.0))?)?.multiply(c(0.5))
+}
+
+/// Burn's gradient for GELU (every backend's, burn-ndarray's included), which is the
+/// derivative of the tanh approximation: with u = c2 x + c1 x^3 and v = c4 x + c3 x^3,
+/// `y = 0.5 (1 + tanh u) + v (1 - tanh^2 u) = (1 + t) (0.5 + v (1 - t))`, `t = tanh u`, times
+/// the incoming gradient. Burn's default builds it from 14 ops with `powi(x, 3)` (a libm `pow`
+/// per element on MLX's CPU); here x^2 is computed once and the polynomial is factored.
+fn gelu_backward(xs: &[Array]) -> Result<Array, Exception> {
+    let (x, g) = (&xs[0], &xs[1]);
+    let c = |v: f64| scalar_array(burn_backend::Scalar::Float(v), x.dtype());
+    let (one, half) = (c(1.0), c(0.5));
+    let x2 = x.square()?;
+    let u = x.multiply(&x2.multiply(c(0.035_677_4))?.add(c(0.797_885))?)?;
+    let v = x.multiply(&x2.multiply(c(0.053_516_1))?.add(c(0.398_942))?)?;
+    let t = native::tanh(&u)?;
+    let right = v.multiply(&one.subtract(&t)?)?.add(&half)?;
+    one.add(&t)?.multiply(&right)?.multiply(g)
+}
+
+/// A compiled MLX function of arrays.
+type ArrayFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, Exception>>;
+
+thread_local! {
+    /// The compiled elementwise functions of [`fused_on_gpu`], by name (MLX keeps one trace per
+    /// input dtype).
+    static COMPILED: RefCell<HashMap<&'static str, ArrayFn>> = RefCell::new(HashMap::new());
+}
+
+/// `f` on `inputs`: on the GPU as one MLX-compiled function, whose elementwise ops MLX runs as
+/// one fused kernel (GELU's forward was five kernels and its gradient twelve, each a pass over
+/// the feed-forward activations); on the CPU, where burn-mlx's vectorized `erf` and `tanh` are
+/// faster than MLX's compiled CPU code, and while burn-mlx records a trace or an export, `f`
+/// itself.
+fn fused_on_gpu(
+    name: &'static str,
+    inputs: &[&Array],
+    gpu: bool,
+    f: fn(&[Array]) -> Result<Array, Exception>,
+) -> Result<Array, Exception> {
+    let inputs: Vec<Array> = inputs.iter().map(|&a| a.clone()).collect();
+    if !gpu || crate::trace::is_tracing() || crate::trace::is_exporting() {
+        return f(&inputs);
+    }
+    COMPILED.with(|cell| {
+        let mut map = cell.borrow_mut();
+        let compiled = map.entry(name).or_insert_with(|| {
+            let traced = move |xs: &[Array]| f(xs).map(|y| vec![y]);
+            Box::new(mlx_rs::transforms::compile::compile(traced, true))
+        });
+        compiled(&inputs).map(|mut out| out.remove(0))
+    })
 }
