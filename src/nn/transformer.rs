@@ -7,7 +7,7 @@ use burn_core as burn;
 
 use burn::config::Config;
 use burn::module::{Initializer, Module};
-use burn_nn::activation::ActivationConfig;
+use burn_nn::activation::{Activation, ActivationConfig};
 use burn_nn::transformer::PositionWiseFeedForward;
 use burn_nn::Dropout;
 use burn_tensor::backend::Backend;
@@ -184,7 +184,7 @@ impl<B: Backend> TransformerEncoderLayer<B> {
             x = self.norm_1.forward(x);
             x.clone()
         };
-        let ff = self.dropout.forward(self.pwff.forward(ff_in));
+        let ff = self.dropout.forward(feed_forward(&self.pwff, ff_in));
         let x = x + ff;
         if self.norm_first {
             x
@@ -224,4 +224,15 @@ impl<B: Backend> TransformerEncoderInput<B> {
         self.mask_attn = Some(mask_attn);
         self
     }
+}
+
+/// burn-nn's feed-forward network on `x`, with a GELU activation as
+/// [`functional::gelu`](super::functional::gelu) (one fused op where the layers fuse).
+fn feed_forward<B: Backend>(pwff: &PositionWiseFeedForward<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    if !matches!(pwff.activation, Activation::Gelu(_)) {
+        return pwff.forward(x);
+    }
+    let x = pwff.linear_inner.forward(x);
+    let x = pwff.dropout.forward(super::functional::gelu(x));
+    pwff.linear_outer.forward(x)
 }

@@ -2,7 +2,6 @@
 
 use super::base::{binary, unary};
 use crate::backend::Mlx;
-use crate::device::MlxDevice;
 use crate::native;
 use crate::tensor::scalar_array;
 use burn_backend::ops::ActivationOps;
@@ -26,14 +25,12 @@ impl ActivationOps<Self> for Mlx {
     }
 
     fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let gpu = tensor.device == MlxDevice::Gpu;
-        unary(tensor, "gelu", |x| fused_on_gpu("gelu", &[x], gpu, gelu))
+        unary(tensor, "gelu", |x| gelu(&[x.clone()]))
     }
 
     fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        let gpu = x.device == MlxDevice::Gpu;
         binary(x, grad, "gelu_backward", |x, g| {
-            fused_on_gpu("gelu_backward", &[x, g], gpu, gelu_backward)
+            gelu_backward(&[x.clone(), g.clone()])
         })
     }
 
@@ -85,7 +82,11 @@ impl ActivationOps<Self> for Mlx {
 }
 
 /// `x · (1 + erf(x / √2)) / 2`, the exact GELU Burn defines.
-fn gelu(xs: &[Array]) -> Result<Array, Exception> {
+///
+/// Composed from MLX ops here, so that a graph of Burn's ops stays open to burn-mlx's
+/// automatic fusion pass (which leaves alone any graph holding an MLX-compiled function);
+/// `nn::functional::gelu` runs it compiled where the graph already holds such functions.
+pub(crate) fn gelu(xs: &[Array]) -> Result<Array, Exception> {
     let x = &xs[0];
     let c = |v: f64| scalar_array(burn_backend::Scalar::Float(v), x.dtype());
     let e = native::erf(&x.multiply(c(std::f64::consts::FRAC_1_SQRT_2))?)?;
@@ -97,7 +98,7 @@ fn gelu(xs: &[Array]) -> Result<Array, Exception> {
 /// `y = 0.5 (1 + tanh u) + v (1 - tanh^2 u) = (1 + t) (0.5 + v (1 - t))`, `t = tanh u`, times
 /// the incoming gradient. Burn's default builds it from 14 ops with `powi(x, 3)` (a libm `pow`
 /// per element on MLX's CPU); here x^2 is computed once and the polynomial is factored.
-fn gelu_backward(xs: &[Array]) -> Result<Array, Exception> {
+pub(crate) fn gelu_backward(xs: &[Array]) -> Result<Array, Exception> {
     let (x, g) = (&xs[0], &xs[1]);
     let c = |v: f64| scalar_array(burn_backend::Scalar::Float(v), x.dtype());
     let (one, half) = (c(1.0), c(0.5));
@@ -113,25 +114,24 @@ fn gelu_backward(xs: &[Array]) -> Result<Array, Exception> {
 type ArrayFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, Exception>>;
 
 thread_local! {
-    /// The compiled elementwise functions of [`fused_on_gpu`], by name (MLX keeps one trace per
-    /// input dtype).
+    /// The compiled elementwise functions of [`compiled_on_gpu`], by name (MLX keeps one trace
+    /// per input dtype).
     static COMPILED: RefCell<HashMap<&'static str, ArrayFn>> = RefCell::new(HashMap::new());
 }
 
 /// `f` on `inputs`: on the GPU as one MLX-compiled function, whose elementwise ops MLX runs as
-/// one fused kernel (GELU's forward was five kernels and its gradient twelve, each a pass over
-/// the feed-forward activations); on the CPU, where burn-mlx's vectorized `erf` and `tanh` are
-/// faster than MLX's compiled CPU code, and while burn-mlx records a trace or an export, `f`
-/// itself.
-fn fused_on_gpu(
+/// one fused kernel (GELU's forward is five kernels composed, its gradient twelve, each a pass
+/// over the feed-forward activations); on the CPU, where burn-mlx's vectorized `erf` and `tanh`
+/// are faster than MLX's compiled CPU code, and while burn-mlx records a trace or an export,
+/// `f` itself.
+pub(crate) fn compiled_on_gpu(
     name: &'static str,
-    inputs: &[&Array],
+    inputs: &[Array],
     gpu: bool,
     f: fn(&[Array]) -> Result<Array, Exception>,
 ) -> Result<Array, Exception> {
-    let inputs: Vec<Array> = inputs.iter().map(|&a| a.clone()).collect();
     if !gpu || crate::trace::is_tracing() || crate::trace::is_exporting() {
-        return f(&inputs);
+        return f(inputs);
     }
     COMPILED.with(|cell| {
         let mut map = cell.borrow_mut();
@@ -139,6 +139,6 @@ fn fused_on_gpu(
             let traced = move |xs: &[Array]| f(xs).map(|y| vec![y]);
             Box::new(mlx_rs::transforms::compile::compile(traced, true))
         });
-        compiled(&inputs).map(|mut out| out.remove(0))
+        compiled(inputs).map(|mut out| out.remove(0))
     })
 }

@@ -1,6 +1,6 @@
 //! Burn's op traits for [`Mlx`](crate::Mlx), one file per trait or op family.
 
-mod activation;
+pub(crate) mod activation;
 pub(crate) mod base;
 mod bool_tensor;
 mod float;
