@@ -1,12 +1,12 @@
-//! [`Adam`] and [`AdamW`]: burn-optim's optimizers whose update of a parameter is one compiled
-//! MLX kernel.
+//! [`Adam`] and [`AdamW`]: burn-optim's optimizers whose update of a parameter is one kernel.
 //!
 //! Burn's Adam updates each parameter with about fourteen tensor ops (two moments, the bias
 //! corrections, the square root, the division, the step). On a GPU each is a kernel launch and
 //! host work, and over a model's parameters the optimizer is half of a Transformer training
 //! step's MLX primitives. This Adam computes the same update, in the same order of operations,
-//! as one MLX-compiled function per parameter: one fused kernel writing the parameter and both
-//! moments. It is burn-optim's Adam in every other respect: the same config fields and defaults,
+//! as one primitive per parameter writing the parameter and both moments: a custom CUDA kernel
+//! on MLX's CUDA device (`cuda.rs`, where MLX's compiled function runs as four kernels), an
+//! MLX-compiled function elsewhere. It is burn-optim's Adam in every other respect: the same config fields and defaults,
 //! the same state record (`AdamState`, so optimizer checkpoints load into either), usable
 //! wherever an `Optimizer` is, burn-train's `Learner` included. On backends other than `Mlx`
 //! (and on MLX's CPU device, unless [`crate::nn::fuse_on_cpu`] is on) it is burn-optim's Adam.
