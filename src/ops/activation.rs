@@ -25,7 +25,7 @@ impl ActivationOps<Self> for Mlx {
     }
 
     fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        unary(tensor, "gelu", |x| gelu(&[x.clone()]))
+        unary(tensor, "gelu", |x| gelu(std::slice::from_ref(x)))
     }
 
     fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {

@@ -69,7 +69,7 @@ fn row_groups(outer: usize, rows: usize, inner: usize) -> Option<usize> {
         return None;
     }
     (8..=64)
-        .filter(|k| rows % k == 0)
+        .filter(|&k| rows.is_multiple_of(k))
         .min_by_key(|&k| k.abs_diff(32))
 }
 
@@ -396,7 +396,7 @@ mod tests {
                 .max(None)
                 .unwrap();
             let scale = one.abs().unwrap().max(None).unwrap();
-            let (diff, scale) = (diff.item::<f32>(), scale.item::<f32>());
+            let (diff, scale) = (diff.item_cast::<f32>(), scale.item_cast::<f32>());
             assert!(
                 diff <= 1e-5 * (1.0 + scale),
                 "{shape:?} axis {axis}: {diff} of {scale}"
