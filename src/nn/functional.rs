@@ -121,15 +121,11 @@ impl FusedOp for LayerNormOp {
     }
 }
 
-/// `a` `[…, d]` summed over every axis but the last, as a `[d]` array of `dtype` (accumulated
-/// in f32), through [`sum_axis_split`](crate::ops::base::sum_axis_split): the gradient of a
+/// `a` `[…, d]` summed over every axis but the last, in two passes where MLX's one column
+/// reduction would use too few thread blocks, as a `[d]` array of `dtype`: the gradient of a
 /// normalization's weight or bias.
 fn column_sum(a: &Array, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
-    let d = *a.shape().last().unwrap_or(&1);
-    let rows = a.reshape(&[-1, d])?.as_dtype(mlx_rs::Dtype::Float32)?;
-    crate::ops::base::sum_axis_split(&rows, 0, true)?
-        .reshape(&[d])?
-        .as_dtype(dtype)
+    crate::ops::base::sum_leading_axes(a, true)?.as_dtype(dtype)
 }
 
 /// Root-mean-square normalization over the last axis, `x / sqrt(mean(x²) + epsilon) · gamma`,
@@ -359,14 +355,14 @@ impl FusedOp for AttentionOp {
         )
     }
 
-    /// For as many key heads as query heads: the gradients from the probabilities recomputed
-    /// with two GEMMs and a softmax, `dv = pᵀ·g`, `dp = g·vᵀ`, `ds = p·(dp - rowsum(g·o))` with
-    /// `o = p·v`, `dq = ds·k·scale`, `dk = dsᵀ·q·scale`. MLX's product of its composed
-    /// attention (MLX 0.32's CUDA attention kernels take no f32 and no gradient) made about a
-    /// dozen elementwise passes over the `[batch, heads, seq, seq]` scores per layer; this
-    /// makes three (the mask, the softmax, `ds`). Grouped-query attention, and half precision
-    /// in the shapes of MLX's cuDNN attention (query length a multiple of 128, head size a
-    /// multiple of 8 up to 128: a fused backward of its own), keep MLX's product.
+    /// For as many key heads as query heads: the gradients from the probabilities recomputed with
+    /// two GEMMs and a softmax, `dv = pᵀ·g`, `dp = g·vᵀ`, `ds = p·(dp - rowsum(g·o))` with `o =
+    /// p·v`, `dq = ds·k·scale`, `dk = dsᵀ·q·scale`: three elementwise passes over the `[batch,
+    /// heads, seq, seq]` scores (the mask, the softmax, `ds`), in place of MLX's product of its
+    /// composed attention (MLX 0.32's CUDA attention kernels take no f32 and no gradient), which
+    /// also differentiates the scaling and the mask. Grouped-query attention, and half precision in
+    /// the shapes of MLX's cuDNN attention (query length a multiple of 128, head size a multiple of
+    /// 8 up to 128: a fused backward of its own), keep MLX's product.
     fn vjp(&self, xs: &[Array], side: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
         let (q, k, v) = (&xs[0], &xs[1], &xs[2]);
         let (shape, dtype) = (q.shape(), q.dtype());

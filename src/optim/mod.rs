@@ -1,15 +1,15 @@
 //! [`Adam`] and [`AdamW`]: burn-optim's optimizers whose update of a parameter is one kernel.
 //!
 //! Burn's Adam updates each parameter with about fourteen tensor ops (two moments, the bias
-//! corrections, the square root, the division, the step). On a GPU each is a kernel launch and
-//! host work, and over a model's parameters the optimizer is half of a Transformer training
-//! step's MLX primitives. This Adam computes the same update, in the same order of operations,
-//! as one primitive per parameter writing the parameter and both moments: a custom CUDA kernel
-//! on MLX's CUDA device (`cuda.rs`, where MLX's compiled function runs as four kernels), an
-//! MLX-compiled function elsewhere. It is burn-optim's Adam in every other respect: the same config fields and defaults,
-//! the same state record (`AdamState`, so optimizer checkpoints load into either), usable
-//! wherever an `Optimizer` is, burn-train's `Learner` included. On backends other than `Mlx`
-//! (and on MLX's CPU device, unless [`crate::nn::fuse_on_cpu`] is on) it is burn-optim's Adam.
+//! corrections, the square root, the division, the step). On a GPU each is a kernel launch and host
+//! work, and over a model's parameters the optimizer is half of a Transformer training step's MLX
+//! primitives. This Adam computes the same update, in the same order of operations, as one
+//! primitive per parameter writing the parameter and both moments: a custom CUDA kernel on MLX's
+//! CUDA device (`cuda.rs`, where MLX's compiled function runs as four kernels), an MLX-compiled
+//! function elsewhere. It is burn-optim's Adam in every other respect: the same config fields and
+//! defaults, the same state record (`AdamState`, so optimizer checkpoints load into either), usable
+//! wherever an `Optimizer` is, burn-train's `Learner` included. On backends other than `Mlx` (and
+//! on MLX's CPU device, unless [`crate::nn::fuse_on_cpu`] is on) it is burn-optim's Adam.
 
 use burn_core as burn;
 
@@ -119,15 +119,15 @@ fn moments<B: Backend, const D: usize>(
     }
 }
 
-/// Whether the update runs as [`cuda::update`]'s kernel for `p`: on MLX's CUDA device (Linux
-/// GPU), for a float parameter with values, unless `BURN_MLX_ADAM_KERNEL=0` (read once) selects
-/// the compiled MLX function there too.
+/// Whether the update runs as [`cuda::update`]'s kernel for `p`: on MLX's CUDA device (Linux GPU),
+/// for a float parameter with values (fewer than the `i32` grid's 2^31 - 256), unless
+/// `BURN_MLX_ADAM_KERNEL=0` (read once) selects the compiled MLX function there too.
 fn cuda_kernel(p: &MlxTensor) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     cfg!(target_os = "linux")
         && p.device() == MlxDevice::Gpu
         && crate::dtype::is_float(p.array().dtype())
-        && p.array().size() > 0
+        && (1..i32::MAX as usize - 256).contains(&p.array().size())
         && *ON.get_or_init(|| std::env::var("BURN_MLX_ADAM_KERNEL").map_or(true, |v| v != "0"))
 }
 

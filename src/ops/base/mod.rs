@@ -28,7 +28,7 @@ pub(crate) use layout::{
 pub(crate) use reduce::{
     all, all_dim, any, any_dim, argmax, argmin, cumulative, float_cum_extreme, max, max_dim,
     max_dim_with_indices, mean, mean_dim, min, min_dim, min_dim_with_indices, prod, prod_dim, sum,
-    sum_axis_split, sum_dim,
+    sum_dim, sum_leading_axes,
 };
 pub(crate) use sort::{argsort, argtopk, sort, sort_with_indices, topk};
 

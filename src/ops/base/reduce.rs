@@ -60,6 +60,17 @@ pub(crate) fn sum_axis_split(a: &Array, axis: usize, split: bool) -> MlxResult {
     partial.sum_axis(1, false)?.reshape(&kept)
 }
 
+/// `a` `[…, d]` summed over every axis but the last, as a `[d]` array of `a`'s dtype (f16/bf16
+/// accumulated in f32), through [`sum_axis_split`] when `split`: a bias's or a normalization
+/// weight's gradient.
+pub(crate) fn sum_leading_axes(a: &Array, split: bool) -> MlxResult {
+    let d = *a.shape().last().unwrap_or(&1);
+    let rows = accumulable(a)?.reshape(&[-1, d])?;
+    sum_axis_split(&rows, 0, split)?
+        .reshape(&[d])?
+        .as_dtype(a.dtype())
+}
+
 /// The number of row groups for [`sum_axis_split`]: `None` where MLX's one reduction already
 /// has enough thread blocks (an output of 8,192 or more values, 32 per block), the columns are
 /// short (under 2,048 rows) or the axis is the last one; otherwise the divisor of `rows`

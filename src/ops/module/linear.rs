@@ -14,9 +14,9 @@
 //! half-precision GEMM, f16 and bf16 products run in f32 and are rounded once; the bias gradient
 //! is summed in f32 for f16 and bf16 on every device, as `float_sum_dim` does.
 
-use super::common::{accumulation_dtype, run, Res};
+use super::common::{run, Res};
 use crate::device::MlxDevice;
-use crate::ops::base::{matmul_add, sum_axis_split};
+use crate::ops::base::{matmul_add, sum_leading_axes};
 use crate::tensor::MlxTensor;
 use mlx_rs::Array;
 
@@ -85,14 +85,10 @@ pub(crate) fn linear_weight_backward(x: MlxTensor, output_grad: MlxTensor) -> Ml
 
 /// The bias's gradient: `output_grad` summed over every dimension but the last (on the GPU in
 /// two passes where MLX's one column reduction would use too few thread blocks: see
-/// [`sum_axis_split`]).
+/// [`sum_axis_split`](crate::ops::base::sum_axis_split)).
 pub(crate) fn linear_bias_backward(output_grad: MlxTensor) -> MlxTensor {
     run("linear_bias_backward", &[&output_grad], || {
-        let g = &output_grad.array;
-        let dtype = g.dtype();
-        let n = *g.shape().last().unwrap_or(&1);
         let split = output_grad.device == MlxDevice::Gpu;
-        let sum = sum_axis_split(&rows(&g.as_dtype(accumulation_dtype(dtype))?)?, 0, split)?;
-        Ok(sum.reshape(&[n])?.as_dtype(dtype)?)
+        Ok(sum_leading_axes(&output_grad.array, split)?)
     })
 }
