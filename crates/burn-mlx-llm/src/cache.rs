@@ -1,4 +1,4 @@
-//! The key/value cache: per layer, one key and one value tensor `[1, kv_heads, capacity,
+//! The key/value cache: per layer, one key and one value tensor `[batch, kv_heads, capacity,
 //! head_dim]` allocated once for the whole context. Each step writes its new positions in place
 //! with `slice_assign` and attends over the filled prefix, so a token costs neither a
 //! concatenation of the cache nor a recomputation of earlier positions.
@@ -13,7 +13,7 @@ use super::config::LlmConfig;
 use super::error::{LlmError, Result};
 use burn_mlx::fast::slice_assign_at;
 use burn_tensor::backend::Backend;
-use burn_tensor::{Bool, DType, Int, Tensor};
+use burn_tensor::{Bool, DType, Int, Tensor, TensorData};
 
 /// Where the positions of a forward pass start.
 #[derive(Debug, Clone)]
@@ -98,6 +98,43 @@ pub fn sliding_band<B: Backend>(
     additive_mask(later.bool_or(too_old(keys, queries, window)), device, dtype)
 }
 
+/// The additive mask `[batch, 1, seq, offset + seq]` of a padded batch for query positions
+/// `offset..offset + seq` over the keys `0..offset + seq`: causal, with the first `padding[i]`
+/// keys hidden from row `i` (a padded query still sees itself, so that no row of scores is all
+/// `-inf`), and with a sliding layer's `window` if given. Built on the device, once per forward
+/// pass.
+pub fn padded_mask<B: Backend>(
+    offset: usize,
+    seq: usize,
+    padding: &[usize],
+    window: Option<usize>,
+    device: &B::Device,
+    dtype: DType,
+) -> Tensor<B, 4> {
+    let (batch, end) = (padding.len(), offset + seq);
+    let queries = Tensor::<B, 1, Int>::arange(offset as i64..end as i64, device)
+        .reshape([1, seq, 1])
+        .expand([batch, seq, end]);
+    let keys = Tensor::<B, 1, Int>::arange(0..end as i64, device)
+        .reshape([1, 1, end])
+        .expand([batch, seq, end]);
+    let pads: Vec<i64> = padding.iter().map(|&p| p as i64).collect();
+    let pads = Tensor::<B, 1, Int>::from_data(TensorData::new(pads, [batch]), device)
+        .reshape([batch, 1, 1])
+        .expand([batch, seq, end]);
+    let padded = keys
+        .clone()
+        .lower(pads)
+        .bool_and(keys.clone().not_equal(queries.clone()));
+    let mut hidden = keys.clone().greater(queries.clone()).bool_or(padded);
+    if let Some(w) = window {
+        hidden = hidden.bool_or((keys + w as i64).lower_equal(queries));
+    }
+    Tensor::<B, 3>::zeros([batch, seq, end], (device, dtype))
+        .mask_fill(hidden, f32::NEG_INFINITY)
+        .unsqueeze_dim::<4>(1)
+}
+
 /// The cached keys and values of one layer: two buffers, or one that holds the keys' heads and
 /// then the values' ("joint": a decode step then writes both with one update).
 #[derive(Debug)]
@@ -106,7 +143,7 @@ pub struct LayerCache<B: Backend> {
     // reference: a backend may then update the buffer in place instead of copying it.
     keys: Option<Tensor<B, 4>>,
     values: Option<Tensor<B, 4>>,
-    /// `[1, 2·kv_heads, capacity, head_dim]`, in place of `keys` and `values`.
+    /// `[batch, 2·kv_heads, capacity, head_dim]`, in place of `keys` and `values`.
     joint: Option<Tensor<B, 4>>,
 }
 
@@ -138,7 +175,7 @@ fn halves<B: Backend>(joint: Tensor<B, 4>) -> (Tensor<B, 4>, Tensor<B, 4>) {
 }
 
 impl<B: Backend> LayerCache<B> {
-    /// The key and value buffers of a layer (`[1, kv_heads, capacity, head_dim]` each).
+    /// The key and value buffers of a layer (`[batch, kv_heads, capacity, head_dim]` each).
     pub fn from_tensors(keys: Tensor<B, 4>, values: Tensor<B, 4>) -> Self {
         Self {
             keys: Some(keys),
@@ -147,7 +184,7 @@ impl<B: Backend> LayerCache<B> {
         }
     }
 
-    /// One buffer of a layer's keys and values, `[1, 2·kv_heads, capacity, head_dim]` (the keys'
+    /// One buffer of a layer's keys and values, `[batch, 2·kv_heads, capacity, head_dim]` (the keys'
     /// heads, then the values').
     pub fn from_joint(kv: Tensor<B, 4>) -> Self {
         Self {
@@ -160,6 +197,15 @@ impl<B: Backend> LayerCache<B> {
     /// Whether the keys and values are one buffer ([`from_joint`](Self::from_joint)).
     pub fn is_joint(&self) -> bool {
         self.joint.is_some()
+    }
+
+    /// Sequences the buffers hold.
+    pub fn batch(&self) -> usize {
+        self.joint
+            .as_ref()
+            .or(self.keys.as_ref())
+            .expect(FILLED)
+            .dims()[0]
     }
 
     /// Positions the buffers hold.
@@ -190,7 +236,7 @@ impl<B: Backend> LayerCache<B> {
         }
     }
 
-    /// Writes `kv` (`[1, 2·kv_heads, seq, head_dim]`, keys then values) at the positions
+    /// Writes `kv` (`[batch, 2·kv_heads, seq, head_dim]`, keys then values) at the positions
     /// starting at `position` into a joint buffer, with one update, and returns the whole
     /// buffer.
     ///
@@ -205,8 +251,8 @@ impl<B: Backend> LayerCache<B> {
         update(&mut self.joint, kv, position)
     }
 
-    /// Writes `keys`/`values` (`[1, kv_heads, seq, head_dim]`) at the positions starting at
-    /// `position` and returns the whole buffers (`[1, kv_heads, capacity, head_dim]`), for an
+    /// Writes `keys`/`values` (`[batch, kv_heads, seq, head_dim]`) at the positions starting at
+    /// `position` and returns the whole buffers (`[batch, kv_heads, capacity, head_dim]`), for an
     /// attention that reads the filled length itself ([`burn_mlx::decode::decode_attention`]).
     pub fn write_whole(
         &mut self,
@@ -240,13 +286,21 @@ impl<B: Backend> LayerCache<B> {
     }
 }
 
-/// The cache of a whole model for one sequence (batch 1).
+/// The cache of a whole model for a batch of sequences (`[batch, kv_heads, capacity,
+/// head_dim]` per layer), one sequence unless made with [`with_batch`](Self::with_batch).
+///
+/// The sequences of a batch share their positions: shorter prompts are padded on the left
+/// ([`set_padding`](Self::set_padding)), and attention hides each row's padded positions. Since
+/// rotary embeddings depend only on the distance between a query and a key, a row shifted right
+/// by its padding attends as it would alone.
 #[derive(Debug)]
 pub struct KvCache<B: Backend> {
     layers: Vec<LayerCache<B>>,
     len: usize,
     capacity: usize,
     shape: [usize; 4],
+    /// Padded positions at the start of each row.
+    padding: Vec<usize>,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -264,7 +318,27 @@ impl<B: Backend> KvCache<B> {
         dtype: DType,
         joint: bool,
     ) -> Self {
-        let shape = [1, config.num_kv_heads, capacity, config.head_dim];
+        Self::with_batch(config, 1, capacity, device, dtype, joint)
+    }
+
+    /// [`with_layout`](Self::with_layout) for `batch` sequences decoded together.
+    ///
+    /// # Panics
+    ///
+    /// When `batch` is 0.
+    pub fn with_batch(
+        config: &LlmConfig,
+        batch: usize,
+        capacity: usize,
+        device: &B::Device,
+        dtype: DType,
+        joint: bool,
+    ) -> Self {
+        assert!(
+            batch > 0,
+            "KvCache::with_batch: the batch must hold a sequence"
+        );
+        let shape = [batch, config.num_kv_heads, capacity, config.head_dim];
         let layers = (0..config.num_layers)
             .map(|_| {
                 if joint {
@@ -283,7 +357,44 @@ impl<B: Backend> KvCache<B> {
             len: 0,
             capacity,
             shape,
+            padding: vec![0; batch],
         }
+    }
+
+    /// Sequences in the batch.
+    pub fn batch(&self) -> usize {
+        self.shape[0]
+    }
+
+    /// Padded positions at the start of each row (all 0 unless
+    /// [`set_padding`](Self::set_padding) said otherwise).
+    pub fn padding(&self) -> &[usize] {
+        &self.padding
+    }
+
+    /// Whether some row starts with padded positions.
+    pub fn is_padded(&self) -> bool {
+        self.padding.iter().any(|&p| p > 0)
+    }
+
+    /// Says that row `i`'s first `padding[i]` positions are padding, which attention then hides
+    /// from that row's queries: a batch of prompts of different lengths is padded on the left.
+    pub fn set_padding(&mut self, padding: &[usize]) -> Result<()> {
+        if padding.len() != self.batch() {
+            return Err(LlmError::Input(format!(
+                "set_padding: {} rows of padding for a cache of {} sequences",
+                padding.len(),
+                self.batch()
+            )));
+        }
+        if let Some(&too_long) = padding.iter().find(|&&p| p >= self.capacity) {
+            return Err(LlmError::Input(format!(
+                "set_padding: {too_long} padded positions leave no room in a cache of {}",
+                self.capacity
+            )));
+        }
+        self.padding = padding.to_vec();
+        Ok(())
     }
 
     /// Positions filled so far.
@@ -301,9 +412,11 @@ impl<B: Backend> KvCache<B> {
         self.capacity
     }
 
-    /// Forgets the sequence (the buffers are kept and overwritten by the next prompt).
+    /// Forgets the sequences and their padding (the buffers are kept and overwritten by the
+    /// next prompts).
     pub fn reset(&mut self) {
         self.len = 0;
+        self.padding.iter_mut().for_each(|p| *p = 0);
     }
 
     /// Forgets the last `n` positions (the next write overwrites them): a pipelined decode loop
@@ -319,7 +432,12 @@ impl<B: Backend> KvCache<B> {
 
     /// Checks that `config` matches this cache and that `seq` more positions fit.
     pub fn check(&self, config: &LlmConfig, seq: usize) -> Result<()> {
-        let expected = [1, config.num_kv_heads, self.capacity, config.head_dim];
+        let expected = [
+            self.batch(),
+            config.num_kv_heads,
+            self.capacity,
+            config.head_dim,
+        ];
         if self.layers.len() != config.num_layers || self.shape != expected {
             return Err(LlmError::Input(format!(
                 "the cache was made for {} layers of {:?}, the model has {} layers of {:?}",

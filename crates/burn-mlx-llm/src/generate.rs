@@ -35,14 +35,16 @@ pub struct GenerateOptions<'a> {
 /// What one generation measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stats {
-    /// Tokens in the prompt.
+    /// Sequences generated together (1 but for [`generate_batch`]).
+    pub sequences: usize,
+    /// Tokens in the prompt (in all prompts, padding excluded).
     pub prompt_tokens: usize,
-    /// Tokens generated (the end-of-sequence token excluded).
+    /// Tokens generated (in all sequences; end-of-sequence tokens excluded).
     pub generated_tokens: usize,
     /// From the start of prefill until the first generated token was on the host.
     pub time_to_first_token: Duration,
-    /// One-token forward passes after the first token (each produced one token, the
-    /// end-of-sequence token included).
+    /// One-token forward passes after the first token (each produced one token per sequence,
+    /// the end-of-sequence token included).
     pub decode_steps: usize,
     /// From the first generated token until the last decode step's token was on the host.
     pub decode_time: Duration,
@@ -73,12 +75,20 @@ impl Stats {
         self.prompt_tokens as f64 / self.time_to_first_token.as_secs_f64()
     }
 
-    /// Decode steps per second (the first token comes out of prefill and is not counted).
+    /// Decode steps per second, the tokens per second of each sequence (the first token comes
+    /// out of prefill and is not counted).
     pub fn decode_tokens_per_s(&self) -> f64 {
         if self.decode_steps == 0 || self.decode_time.is_zero() {
             return 0.0;
         }
         self.decode_steps as f64 / self.decode_time.as_secs_f64()
+    }
+
+    /// Decoded tokens per second over all sequences: [`decode_tokens_per_s`]
+    /// (Self::decode_tokens_per_s) times the batch (a finished sequence keeps its row until the
+    /// batch ends, so this counts the rows the steps computed).
+    pub fn total_decode_tokens_per_s(&self) -> f64 {
+        self.decode_tokens_per_s() * self.sequences as f64
     }
 
     /// The host's time per decode step, by phase (`None` when the loop was not the greedy one).
@@ -109,14 +119,23 @@ impl Stats {
             (None, Some(rss)) => format!("peak memory {:.1} MiB (process RSS)", mib(rss)),
             (None, None) => "peak memory unknown".to_string(),
         };
+        let decode = if self.sequences > 1 {
+            format!(
+                "batch {} | decode {:.2} tok/s per sequence, {:.1} tok/s in all",
+                self.sequences,
+                self.decode_tokens_per_s(),
+                self.total_decode_tokens_per_s()
+            )
+        } else {
+            format!("decode {:.2} tok/s", self.decode_tokens_per_s())
+        };
         format!(
             "prompt {} tokens, generated {} tokens | time to first token {:.3} s | \
-             prefill {:.1} tok/s | decode {:.2} tok/s | {memory}",
+             prefill {:.1} tok/s | {decode} | {memory}",
             self.prompt_tokens,
             self.generated_tokens,
             self.time_to_first_token.as_secs_f64(),
             self.prefill_tokens_per_s(),
-            self.decode_tokens_per_s(),
         )
     }
 }
@@ -138,36 +157,39 @@ fn read<B: Backend, const D: usize, K: BasicOps<B>>(
         .map_err(|e| LlmError::Input(format!("reading the {what} back failed: {e:?}")))
 }
 
-/// Chooses the next token from logits `[1, vocab]`: greedy on the device (one integer comes
-/// back), sampling on the host.
-pub fn next_token<B: Backend>(logits: Tensor<B, 2>, sampler: &mut Sampler) -> Result<u32> {
+/// Chooses the next token of each row of logits `[rows, vocab]`: greedy on the device (one
+/// integer per row comes back), sampling on the host.
+pub fn next_tokens<B: Backend>(logits: Tensor<B, 2>, sampler: &mut Sampler) -> Result<Vec<u32>> {
     if sampler.is_greedy() {
-        return read_token(logits.argmax(1));
+        return read_tokens(logits.argmax(1));
     }
+    let [_, vocab] = logits.dims();
     let data = read(logits.cast(DType::F32), "logits")?.convert::<f32>();
-    let row = data
+    let values = data
         .to_vec::<f32>()
         .map_err(|e| LlmError::Input(format!("logits: {e:?}")))?;
-    Ok(sampler.sample(&row))
+    Ok(values
+        .chunks(vocab)
+        .map(|row| sampler.sample(row))
+        .collect())
 }
 
-/// Greedy decoding with the device kept busy: each step's graph is built from the previous
-/// step's argmax while it is still on the device, and started ([`burn_mlx::fast::start_eval`],
-/// which does nothing on backends other than `Mlx`) before that previous token is read back,
-/// as `mlx_lm.generate` does. Returns when the first token was on the host. `step_done(i)` runs
-/// after the `i`-th token after the first.
-///
-/// A step built past an end-of-sequence token is taken back out of the cache, so the cache ends
-/// as the unpipelined loop leaves it: every generated token but the last written.
+/// Greedy decoding with the device kept busy, for one or several sequences (`tokens.len()`
+/// rows): each step's graph is built by `step` from the previous step's argmax while it is
+/// still on the device, and started ([`burn_mlx::fast::start_eval`], which does nothing on
+/// backends other than `Mlx`) before that previous token is read back, as `mlx_lm.generate`
+/// does. A row ends at a stop token (its later tokens are dropped); the loop ends when every row
+/// has, or at the token budget. Returns when the first tokens were on the host, the host's
+/// times, and whether a step was built past the end (its position is to be taken back out of
+/// the cache). `step_done(i)` runs after the `i`-th tokens after the first.
 fn greedy_pipelined<B: Backend>(
-    decoder: &mut Decoder<B>,
-    cache: &mut KvCache<B>,
+    step: &mut dyn FnMut(Tensor<B, 2, Int>) -> Result<Tensor<B, 2>>,
     logits: Tensor<B, 2>,
     options: &GenerateOptions,
-    tokens: &mut Vec<u32>,
-    on_token: &mut dyn FnMut(u32) -> Result<()>,
+    tokens: &mut [Vec<u32>],
+    on_token: &mut dyn FnMut(usize, u32) -> Result<()>,
     step_done: &mut dyn FnMut(usize),
-) -> Result<(Instant, HostTimes)> {
+) -> Result<(Instant, HostTimes, bool)> {
     let mut host = HostTimes::default();
     let start_eval = |t: &Tensor<B, 2, Int>| {
         burn_mlx::fast::start_eval(t)
@@ -176,11 +198,13 @@ fn greedy_pipelined<B: Backend>(
     let mut current = logits.argmax(1);
     start_eval(&current)?;
     let mut first: Option<Instant> = None;
+    let mut done = vec![false; tokens.len()];
+    let mut read = 0;
     loop {
-        // One more step is needed unless this token fills the budget.
+        // One more step is needed unless these tokens fill the budget.
         let t0 = Instant::now();
-        let next = if tokens.len() + 1 < options.max_tokens {
-            let next = decoder.step(current.clone(), cache)?.argmax(1);
+        let next = if read + 1 < options.max_tokens {
+            let next = step(current.clone())?.argmax(1);
             let t1 = Instant::now();
             start_eval(&next)?;
             if first.is_some() {
@@ -192,38 +216,47 @@ fn greedy_pipelined<B: Backend>(
             None
         };
         let t2 = Instant::now();
-        let token = read_token(current)?;
+        let ids = read_tokens(current)?;
         match first {
             None => first = Some(Instant::now()),
             Some(_) => {
                 host.wait += t2.elapsed();
-                step_done(tokens.len())
+                step_done(read)
             }
         }
-        if options.stop_tokens.contains(&token) {
-            if next.is_some() {
-                cache.rewind(1);
+        read += 1;
+        for (row, &token) in ids.iter().enumerate() {
+            if done[row] {
+                continue;
             }
-            break;
+            if options.stop_tokens.contains(&token) {
+                done[row] = true;
+                continue;
+            }
+            tokens[row].push(token);
+            on_token(row, token)?;
         }
-        tokens.push(token);
-        on_token(token)?;
+        let first = first.expect("the loop reads at least one token");
         match next {
+            Some(_) if done.iter().all(|&d| d) => return Ok((first, host, true)),
             Some(next) => current = next,
-            None => break,
+            None => return Ok((first, host, false)),
         }
     }
-    Ok((first.expect("the loop reads at least one token"), host))
 }
 
-/// Reads a token id (`[1, 1]`) back from the device.
-fn read_token<B: Backend>(id: Tensor<B, 2, Int>) -> Result<u32> {
-    let data = read(id, "argmax")?;
-    let id = data
-        .iter::<i64>()
-        .next()
-        .ok_or_else(|| LlmError::Input("argmax returned nothing".into()))?;
-    Ok(id as u32)
+/// Reads token ids (`[rows, 1]`) back from the device.
+fn read_tokens<B: Backend>(ids: Tensor<B, 2, Int>) -> Result<Vec<u32>> {
+    let rows = ids.dims()[0];
+    let data = read(ids, "argmax")?;
+    let ids: Vec<u32> = data.iter::<i64>().map(|id| id as u32).collect();
+    if ids.len() != rows {
+        return Err(LlmError::Input(format!(
+            "argmax returned {} ids for {rows} rows",
+            ids.len()
+        )));
+    }
+    Ok(ids)
 }
 
 /// Generates after `prompt`, which is written into `cache` (it must be empty or hold the
@@ -237,24 +270,125 @@ pub fn generate<B: Backend>(
     options: &mut GenerateOptions,
     on_token: &mut dyn FnMut(u32) -> Result<()>,
 ) -> Result<(Vec<u32>, Stats)> {
+    if cache.batch() != 1 {
+        return Err(LlmError::Input(format!(
+            "generate: the cache holds {} sequences; generate_batch decodes a batch",
+            cache.batch()
+        )));
+    }
+    let (mut tokens, stats) = run(decoder, cache, &[prompt], options, &mut |_, t| on_token(t))?;
+    Ok((tokens.remove(0), stats))
+}
+
+/// Generates after each of `prompts` together, as `mlx_lm.batch_generate` does: one forward
+/// pass per step for the whole batch, so that the host's work per step (the bound of a small
+/// model's decoding on a GPU) is shared by the sequences. `cache` must be empty and made for
+/// `prompts.len()` sequences ([`Llm::new_batch_cache`](super::model::Llm::new_batch_cache)).
+///
+/// Shorter prompts are padded on the left, and attention hides the padding
+/// ([`KvCache::set_padding`]), so each sequence gets the tokens it would get alone, within
+/// rounding. Steps are eager ([`Llm::forward_ids`]) whatever `decoder`'s kind: the fixed-shape
+/// step is for one sequence. A sequence that meets a stop token is finished, and its row keeps
+/// running until every sequence is finished or `max_tokens` are generated. `on_token(i, token)`
+/// receives the tokens of sequence `i` as they are known.
+pub fn generate_batch<B: Backend>(
+    decoder: &mut Decoder<B>,
+    cache: &mut KvCache<B>,
+    prompts: &[&[u32]],
+    options: &mut GenerateOptions,
+    on_token: &mut dyn FnMut(usize, u32) -> Result<()>,
+) -> Result<(Vec<Vec<u32>>, Stats)> {
+    if prompts.len() != cache.batch() {
+        return Err(LlmError::Input(format!(
+            "generate_batch: {} prompts for a cache of {} sequences (make it with \
+             Llm::new_batch_cache({}, ...))",
+            prompts.len(),
+            cache.batch(),
+            prompts.len()
+        )));
+    }
+    if !cache.is_empty() {
+        return Err(LlmError::Input(format!(
+            "generate_batch: the cache already holds {} positions; reset it first",
+            cache.len()
+        )));
+    }
+    run(decoder, cache, prompts, options, on_token)
+}
+
+/// Runs one decode step of `decoder` over `ids` (`[batch, 1]`): the decoder's own step for one
+/// sequence, an eager step for several.
+fn decode_step<B: Backend>(
+    decoder: &mut Decoder<B>,
+    cache: &mut KvCache<B>,
+    ids: Tensor<B, 2, Int>,
+) -> Result<Tensor<B, 2>> {
+    if cache.batch() == 1 {
+        decoder.step(ids, cache)
+    } else {
+        decoder.model().forward_ids(ids, cache, Logits::Last)
+    }
+}
+
+/// [`generate`] and [`generate_batch`]: prefill of the left-padded prompts, then the decode
+/// loop.
+fn run<B: Backend>(
+    decoder: &mut Decoder<B>,
+    cache: &mut KvCache<B>,
+    prompts: &[&[u32]],
+    options: &mut GenerateOptions,
+    on_token: &mut dyn FnMut(usize, u32) -> Result<()>,
+) -> Result<(Vec<Vec<u32>>, Stats)> {
     if options.max_tokens == 0 {
         return Err(LlmError::Input("max_tokens must be at least 1".into()));
     }
-    if prompt.is_empty() {
-        return Err(LlmError::Input("the prompt has no tokens".into()));
+    if let Some(i) = prompts.iter().position(|p| p.is_empty()) {
+        return Err(LlmError::Input(if prompts.len() == 1 {
+            "the prompt has no tokens".into()
+        } else {
+            format!("prompt {i} of the batch has no tokens")
+        }));
     }
-    // Room for the prompt and every token that is fed back (the last one never is).
-    let needed = cache.len() + prompt.len() + options.max_tokens - 1;
+    let vocab = decoder.model().config().vocab_size;
+    if let Some(&bad) = prompts
+        .iter()
+        .flat_map(|p| p.iter())
+        .find(|&&t| t as usize >= vocab)
+    {
+        return Err(LlmError::Input(format!(
+            "token id {bad} is outside the vocabulary of {vocab} tokens"
+        )));
+    }
+    let width = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    // Room for the prompts and every token that is fed back (the last one never is).
+    let needed = cache.len() + width + options.max_tokens - 1;
     if needed > cache.capacity() {
         return Err(LlmError::Input(format!(
-            "context full: {} cached + {} prompt + {} new tokens need {needed} positions, the \
-             cache holds {} (raise --max-context)",
+            "context full: {} cached + {width} prompt + {} new tokens need {needed} positions, \
+             the cache holds {} (raise --max-context)",
             cache.len(),
-            prompt.len(),
             options.max_tokens,
             cache.capacity()
         )));
     }
+    let batch = prompts.len();
+    let padding: Vec<usize> = prompts.iter().map(|p| width - p.len()).collect();
+    if batch > 1 {
+        cache.set_padding(&padding)?;
+    }
+    // The prompts as rows of `width` ids, padded on the left with id 0 (hidden from attention).
+    let rows: Vec<i64> = prompts
+        .iter()
+        .zip(&padding)
+        .flat_map(|(p, &pad)| std::iter::repeat_n(0, pad).chain(p.iter().map(|&t| t as i64)))
+        .collect();
+    let device = decoder.model().device().clone();
+    let chunk_ids = |range: std::ops::Range<usize>| {
+        let ids: Vec<i64> = (0..batch)
+            .flat_map(|b| rows[b * width + range.start..b * width + range.end].to_vec())
+            .collect();
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, range.len()]), &device)
+    };
     let probe = options.device_memory;
     let mut device_peak = 0u64;
     let sample_memory = |peak: &mut u64| {
@@ -264,21 +398,25 @@ pub fn generate<B: Backend>(
     };
 
     let start = Instant::now();
-    // The prompt in chunks of `PREFILL_CHUNK` positions, each started before the next is built:
-    // attention's transient scores then scale with the chunk, not with the whole prompt.
-    let (head, last) = prompt.split_at(prompt.len() - (prompt.len() - 1) % PREFILL_CHUNK - 1);
-    for chunk in head.chunks(PREFILL_CHUNK) {
-        let logits = decoder.model().forward(chunk, cache, Logits::Last)?;
+    // The prompts in chunks of `PREFILL_CHUNK` positions, each started before the next is
+    // built: attention's transient scores then scale with the chunk, not with the whole prompt.
+    let last = width - (width - 1) % PREFILL_CHUNK - 1;
+    for begin in (0..last).step_by(PREFILL_CHUNK) {
+        let end = (begin + PREFILL_CHUNK).min(last);
+        let logits = decoder
+            .model()
+            .forward_ids(chunk_ids(begin..end), cache, Logits::Last)?;
         burn_mlx::fast::start_eval(&logits)
             .map_err(|e| LlmError::Input(format!("starting a prefill chunk failed: {e}")))?;
     }
-    let logits = decoder.model().forward(last, cache, Logits::Last)?;
-    let mut tokens = Vec::with_capacity(options.max_tokens);
+    let logits = decoder
+        .model()
+        .forward_ids(chunk_ids(last..width), cache, Logits::Last)?;
+    let mut tokens = vec![Vec::with_capacity(options.max_tokens); batch];
     let mut decode_steps = 0;
     let (first_done, host) = if options.sampler.is_greedy() {
-        greedy_pipelined(
-            decoder,
-            cache,
+        let (first_done, host, ran_past) = greedy_pipelined(
+            &mut |ids| decode_step(decoder, cache, ids),
             logits,
             options,
             &mut tokens,
@@ -287,26 +425,35 @@ pub fn generate<B: Backend>(
                 sample_memory(&mut device_peak);
                 decode_steps = i;
             },
-        )?
+        )?;
+        if ran_past {
+            cache.rewind(1);
+        }
+        (first_done, host)
     } else {
-        let mut token = next_token(logits, &mut options.sampler)?;
+        let mut next = next_tokens(logits, &mut options.sampler)?;
         let first_done = Instant::now();
         sample_memory(&mut device_peak);
-        loop {
-            if options.stop_tokens.contains(&token) {
+        let mut done = vec![false; batch];
+        for step in 1.. {
+            for (row, &token) in next.iter().enumerate() {
+                if done[row] {
+                    continue;
+                }
+                if options.stop_tokens.contains(&token) {
+                    done[row] = true;
+                    continue;
+                }
+                tokens[row].push(token);
+                on_token(row, token)?;
+            }
+            if step == options.max_tokens || done.iter().all(|&d| d) {
                 break;
             }
-            tokens.push(token);
-            on_token(token)?;
-            if tokens.len() == options.max_tokens {
-                break;
-            }
-            let ids = Tensor::<B, 2, Int>::from_data(
-                TensorData::new(vec![token as i64], [1, 1]),
-                decoder.model().device(),
-            );
-            let logits = decoder.step(ids, cache)?;
-            token = next_token(logits, &mut options.sampler)?;
+            let ids: Vec<i64> = next.iter().map(|&t| t as i64).collect();
+            let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, 1]), &device);
+            let logits = decode_step(decoder, cache, ids)?;
+            next = next_tokens(logits, &mut options.sampler)?;
             decode_steps += 1;
             sample_memory(&mut device_peak);
         }
@@ -315,8 +462,9 @@ pub fn generate<B: Backend>(
     let decode_time = first_done.elapsed();
     let time_to_first_token = first_done - start;
     let stats = Stats {
-        prompt_tokens: prompt.len(),
-        generated_tokens: tokens.len(),
+        sequences: batch,
+        prompt_tokens: prompts.iter().map(|p| p.len()).sum(),
+        generated_tokens: tokens.iter().map(Vec::len).sum(),
         time_to_first_token,
         decode_steps,
         decode_time,

@@ -11,7 +11,7 @@
 //! ([`burn_mlx::quant::QuantizedMatrix`]): on `Mlx` products run through MLX's quantized matmul;
 //! other backends compute with the dequantized matrices (same numbers, no speed-up).
 
-use super::cache::{sliding_band, KvCache, LayerCache, Position};
+use super::cache::{padded_mask, sliding_band, KvCache, LayerCache, Position};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::{local_rotary_embedding, rotary_embedding};
@@ -447,15 +447,18 @@ impl<B: Backend> Attention<B> {
         })
     }
 
-    /// Attends `x` (`[seq, hidden]`, positions starting at `position`) over the cached prefix
-    /// and itself, writing its keys and values into `cache`. With `window`, a query sees only
-    /// itself and the `window - 1` positions before it (Gemma 3's sliding layers); `band` is
-    /// that mask for a host position with several queries past the window ([`sliding_band`]).
+    /// Attends `x` (`[batch·seq, hidden]`: `batch` sequences, the cache's, whose positions
+    /// start at `position`) over the cached prefix and itself, writing its keys and values into
+    /// `cache`. With `window`, a query sees only itself and the `window - 1` positions before it
+    /// (Gemma 3's sliding layers); `masks` replace that rule and the causal one where given (a
+    /// host position with several queries past the window, [`sliding_band`]; a padded batch,
+    /// [`padded_mask`]).
     ///
-    /// With fused projections the heads come from [`decode::qkv_heads`] (split, norms and RoPE
-    /// in one kernel on CUDA), and a decode step (one position, known on the host or the device)
-    /// attends through [`decode::decode_attention`] over the cache's buffers up to its length,
-    /// with no slice of them and no mask.
+    /// With fused projections and one sequence, the heads come from [`decode::qkv_heads`]
+    /// (split, norms and RoPE in one kernel on CUDA). A decode step (one position, known on the
+    /// host or the device) with fused projections and no padding attends through
+    /// [`decode::decode_attention`] over the cache's buffers up to its length, with no slice of
+    /// them and no mask.
     fn forward(
         &self,
         x: Tensor<B, 2>,
@@ -463,13 +466,14 @@ impl<B: Backend> Attention<B> {
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
         window: Option<usize>,
-        band: Option<&Tensor<B, 4>>,
+        masks: &PassMasks<B>,
     ) -> Result<Tensor<B, 2>> {
-        let [seq, _] = x.dims();
+        let batch = cache.batch();
+        let seq = x.dims()[0] / batch;
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let scale = 1.0 / (d as f64).sqrt();
         let (q, k, v) = match &self.qkv {
-            Packed::Fused(layer, _) => {
+            Packed::Fused(layer, _) if batch == 1 => {
                 let at = match position {
                     Position::Host(offset) => At::Host(*offset),
                     Position::Device { offset, .. } => At::Device(offset.clone()),
@@ -503,17 +507,17 @@ impl<B: Backend> Attention<B> {
                         }
                         Position::Device { .. } => (k, v),
                     };
-                    return self.attend(q, k, v, position, window, band);
+                    return self.attend(q, k, v, position, window, masks);
                 }
             }
-            Packed::Separate(_) => {
-                // `[seq, heads·d]` to `[1, heads, seq, d]`: for one position (a decode step) a
-                // reshape alone; for several, a reshape and a transpose.
+            _ => {
+                // `[batch·seq, heads·d]` to `[batch, heads, seq, d]`: for one position (a decode
+                // step) a reshape alone; for several, a reshape and a transpose.
                 let heads_first = |t: Tensor<B, 2>, heads: usize| {
                     if seq == 1 {
-                        t.reshape([1, heads, 1, d])
+                        t.reshape([batch, heads, 1, d])
                     } else {
-                        t.reshape([1, seq, heads, d]).swap_dims(1, 2)
+                        t.reshape([batch, seq, heads, d]).swap_dims(1, 2)
                     }
                 };
                 let [q, k, v] = self.qkv.forward_each(x)?;
@@ -532,18 +536,18 @@ impl<B: Backend> Attention<B> {
                 (q, k, v)
             }
         };
-        if let (1, Packed::Fused(..)) = (seq, &self.qkv) {
+        if let (1, Packed::Fused(..), None) = (seq, &self.qkv, masks.pick(window)) {
             let (k, v) = cache.write_whole(k, v, position);
             let out = decode::decode_attention(q, k, v, &decode_length(position), scale, window);
             return self.o_proj.forward(out);
         }
         let (k, v) = cache.write(k, v, position);
-        self.attend(q, k, v, position, window, band)
+        self.attend(q, k, v, position, window, masks)
     }
 
-    /// Attention of `q` (`[1, heads, seq, d]`) over the keys and values that the cache gave back
-    /// (the filled prefix for a host position, the whole buffers for a device one), then the
-    /// output projection.
+    /// Attention of `q` (`[batch, heads, seq, d]`) over the keys and values that the cache gave
+    /// back (the filled prefix for a host position, the whole buffers for a device one), then
+    /// the output projection.
     fn attend(
         &self,
         q: Tensor<B, 4>,
@@ -551,13 +555,14 @@ impl<B: Backend> Attention<B> {
         v: Tensor<B, 4>,
         position: &Position<B>,
         window: Option<usize>,
-        band: Option<&Tensor<B, 4>>,
+        masks: &PassMasks<B>,
     ) -> Result<Tensor<B, 2>> {
-        let [_, _, seq, _] = q.dims();
+        let [batch, _, seq, _] = q.dims();
         let (hq, d) = (self.num_heads, self.head_dim);
         let scale = 1.0 / (d as f64).sqrt();
+        let given = masks.pick(window);
         let bias = match position {
-            Position::Host(_) => None,
+            Position::Host(_) => given.cloned(),
             Position::Device {
                 bias, sliding_bias, ..
             } => match (window, sliding_bias) {
@@ -565,24 +570,20 @@ impl<B: Backend> Attention<B> {
                 _ => Some(bias.clone()),
             },
         };
-        // A sliding layer whose filled prefix is longer than its window: one query position
-        // reads the window's keys alone; several take the banded mask `band`.
-        let (k, v, bias) = match (position, window) {
-            (Position::Host(offset), Some(w)) if offset + seq > w => {
-                if seq == 1 {
-                    let start = offset + 1 - w;
-                    (k.narrow(2, start, w), v.narrow(2, start, w), bias)
-                } else {
-                    (k, v, band.cloned())
-                }
+        // A sliding layer whose filled prefix is longer than its window, with no mask given:
+        // one query position reads the window's keys alone.
+        let (k, v) = match (position, window, given) {
+            (Position::Host(offset), Some(w), None) if seq == 1 && offset + 1 > w => {
+                let start = offset + 1 - w;
+                (k.narrow(2, start, w), v.narrow(2, start, w))
             }
-            _ => (k, v, bias),
+            _ => (k, v),
         };
         let out = grouped_attention(q, k, v, bias, scale);
         let out = if seq == 1 {
-            out.reshape([1, hq * d])
+            out.reshape([batch, hq * d])
         } else {
-            out.swap_dims(1, 2).reshape([seq, hq * d])
+            out.swap_dims(1, 2).reshape([batch * seq, hq * d])
         };
         self.o_proj.forward(out)
     }
@@ -805,11 +806,11 @@ impl<B: Backend> DecoderLayer<B> {
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
-        band: Option<&Tensor<B, 4>>,
+        masks: &PassMasks<B>,
     ) -> Result<(Tensor<B, 2>, Tensor<B, 2>)> {
         let attended = self
             .self_attn
-            .forward(normed, cache, rope, position, self.window, band)?;
+            .forward(normed, cache, rope, position, self.window, masks)?;
         let add_norm =
             |x, y, norm: &RmsNorm<B>| decode::add_rms_norm(x, y, norm.weight.clone(), norm.eps);
         Ok(match &self.feedforward_norms {
@@ -1157,6 +1158,20 @@ impl<B: Backend> Llm<B> {
         KvCache::with_layout(&self.config, capacity, &self.device, self.dtype, joint)
     }
 
+    /// A cache for `batch` sequences of `capacity` positions each, decoded together
+    /// ([`crate::generate::generate_batch`]). Keys and values are separate buffers: a batch's
+    /// heads go through the composed split rather than [`decode::qkv_heads_joint`].
+    pub fn new_batch_cache(&self, batch: usize, capacity: usize) -> KvCache<B> {
+        KvCache::with_batch(
+            &self.config,
+            batch,
+            capacity,
+            &self.device,
+            self.dtype,
+            false,
+        )
+    }
+
     /// Runs `tokens` (batch 1) after the `cache.len()` positions already cached, writes their
     /// keys and values into `cache`, and returns float logits (`[seq, vocab]` or `[1, vocab]`).
     pub fn forward(
@@ -1183,9 +1198,11 @@ impl<B: Backend> Llm<B> {
         self.forward_ids(ids, cache, which)
     }
 
-    /// [`forward`](Self::forward) for token ids already on the device (`[1, seq]`), such as the
-    /// argmax of the previous step's logits: the step's graph can then be built before that
-    /// token is known on the host. The ids must lie inside the vocabulary (unchecked here).
+    /// [`forward`](Self::forward) for token ids already on the device (`[batch, seq]`, `batch`
+    /// the cache's: see [`KvCache::with_batch`]), such as the argmax of the previous step's
+    /// logits: the step's graph can then be built before that token is known on the host. The
+    /// ids must lie inside the vocabulary (unchecked here). Logits are `[batch·seq, vocab]`
+    /// (rows of a sequence together) or, for the last positions, `[batch, vocab]`.
     pub fn forward_ids(
         &self,
         ids: Tensor<B, 2, Int>,
@@ -1193,14 +1210,18 @@ impl<B: Backend> Llm<B> {
         which: Logits,
     ) -> Result<Tensor<B, 2>> {
         let [batch, seq] = ids.dims();
-        if batch != 1 || seq == 0 {
+        if batch != cache.batch() || seq == 0 {
             return Err(LlmError::Input(format!(
-                "forward: token ids must be [1, seq] with seq >= 1, got [{batch}, {seq}]"
+                "forward: token ids must be [{}, seq] with seq >= 1 (the cache holds {} \
+                 sequences), got [{batch}, {seq}]",
+                cache.batch(),
+                cache.batch()
             )));
         }
         cache.check(&self.config, seq)?;
         let position = Position::Host(cache.len());
-        let logits = self.forward_layers(ids, cache.layers(), &position, which)?;
+        let padding = cache.padding().to_vec();
+        let logits = self.forward_layers(ids, cache.layers(), &position, &padding, which)?;
         cache.advance(seq);
         Ok(logits)
     }
@@ -1225,7 +1246,7 @@ impl<B: Backend> Llm<B> {
         };
         let window = self.config.sliding.as_ref().map(|s| s.window);
         let position = Position::device(offset, capacity, self.dtype, window);
-        let logits = self.forward_layers(ids, &mut layers, &position, Logits::Last)?;
+        let logits = self.forward_layers(ids, &mut layers, &position, &[], Logits::Last)?;
         Ok((logits, layers))
     }
 
@@ -1328,30 +1349,44 @@ impl<B: Backend> Llm<B> {
         Ok(functional::cross_entropy_f32(logits, targets))
     }
 
-    /// Embeds `ids` (`[1, seq]`), runs every layer with its cache, and projects to logits.
+    /// Embeds `ids` (`[batch, seq]`), runs every layer with its cache, and projects to logits.
+    /// `padding` gives each row's padded positions (empty, or all 0: none).
     fn forward_layers(
         &self,
         ids: Tensor<B, 2, Int>,
         caches: &mut [LayerCache<B>],
         position: &Position<B>,
+        padding: &[usize],
         which: Logits,
     ) -> Result<Tensor<B, 2>> {
-        let [_, seq] = ids.dims();
+        let [batch, seq] = ids.dims();
         let x = match &self.embed_tokens {
             Embedding::Dense(table) => embedding(table.clone(), ids),
             Embedding::Quantized(q) => q.rows(ids)?,
         };
-        let mut x = x.reshape([seq, self.config.hidden_size]);
+        let mut x = x.reshape([batch * seq, self.config.hidden_size]);
         if self.config.architecture == Architecture::Gemma3 {
             // Gemma scales the embeddings by sqrt(hidden), rounded to the weights' dtype.
             x = x * (self.config.hidden_size as f32).sqrt();
         }
-        // The sliding layers' banded mask, when several positions run past the window.
-        let band = match (position, &self.config.sliding) {
-            (Position::Host(offset), Some(s)) if seq > 1 && offset + seq > s.window => Some(
-                sliding_band::<B>(*offset, seq, s.window, &self.device, self.dtype),
-            ),
-            _ => None,
+        let window = self.config.sliding.as_ref().map(|s| s.window);
+        let masks = match position {
+            // A padded batch: every layer takes a mask that hides each row's padding.
+            Position::Host(offset) if padding.iter().any(|&p| p > 0) => {
+                let mask = |w| padded_mask::<B>(*offset, seq, padding, w, &self.device, self.dtype);
+                PassMasks {
+                    full: Some(mask(None)),
+                    sliding: window.map(|w| mask(Some(w))),
+                }
+            }
+            // The sliding layers' banded mask, when several positions run past the window.
+            Position::Host(offset) => PassMasks {
+                full: None,
+                sliding: window
+                    .filter(|&w| seq > 1 && offset + seq > w)
+                    .map(|w| sliding_band::<B>(*offset, seq, w, &self.device, self.dtype)),
+            },
+            Position::Device { .. } => PassMasks::default(),
         };
         let mut normed = match self.layers.first() {
             Some(first) => first.input_layernorm.forward(x.clone()),
@@ -1366,21 +1401,48 @@ impl<B: Backend> Llm<B> {
                 .layers
                 .get(i + 1)
                 .map_or(&self.norm, |next| &next.input_layernorm);
-            (x, normed) = layer.forward(
-                x,
-                normed,
-                next_norm,
-                layer_cache,
-                rope,
-                position,
-                band.as_ref(),
-            )?;
+            (x, normed) =
+                layer.forward(x, normed, next_norm, layer_cache, rope, position, &masks)?;
         }
         let x = normed;
         let x = match which {
             Logits::All => x,
-            Logits::Last => x.narrow(0, seq - 1, 1),
+            Logits::Last if batch == 1 => x.narrow(0, seq - 1, 1),
+            Logits::Last => {
+                let h = self.config.hidden_size;
+                x.reshape([batch, seq, h])
+                    .narrow(1, seq - 1, 1)
+                    .reshape([batch, h])
+            }
         };
         self.lm_head.matmul_t(x)
+    }
+}
+
+/// The additive attention masks of one forward pass over a host position that replace
+/// attention's own rules (causal, and a sliding layer's window), for the full-attention layers
+/// and for the sliding ones; `None` where the rules apply.
+#[derive(Debug)]
+struct PassMasks<B: Backend> {
+    full: Option<Tensor<B, 4>>,
+    sliding: Option<Tensor<B, 4>>,
+}
+
+impl<B: Backend> Default for PassMasks<B> {
+    fn default() -> Self {
+        Self {
+            full: None,
+            sliding: None,
+        }
+    }
+}
+
+impl<B: Backend> PassMasks<B> {
+    /// The mask of a layer with sliding `window` (or of full attention).
+    fn pick(&self, window: Option<usize>) -> Option<&Tensor<B, 4>> {
+        match window {
+            Some(_) => self.sliding.as_ref(),
+            None => self.full.as_ref(),
+        }
     }
 }

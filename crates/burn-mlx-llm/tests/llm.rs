@@ -15,6 +15,7 @@
 //! the host; the quantized fixtures' logits against the f32 ones within a bound derived from the
 //! quantization step, and across backends; clear errors for shapes that do not divide into groups.
 
+mod batch;
 mod lora;
 
 use burn_flex::{Flex, FlexDevice};
@@ -145,10 +146,25 @@ fn check_fixture<B: Backend>(name: &str, device: &B::Device, backend: &str, tol:
     let model = load_model::<B>(&fixture(name), device, DType::F32)
         .unwrap_or_else(|e| panic!("{name} on {backend}: {e}"));
     check_model(name, model.clone(), backend, tol);
+    let prompt = reference(name).prompt;
+    // Greedy tokens are compared only at f32 precision: elsewhere a near tie may round apart.
+    let exact = tol <= TOL;
+    batch::check_batch(&model, &batch::ragged(&prompt), 6, tol, exact, name);
     let fused = model.fuse_projections();
     assert!(fused.projections_fused());
     check_joint_cache(name, &fused, backend);
-    check_model(name, fused, &format!("{backend}, fused projections"), tol);
+    let label = format!("{backend}, fused projections");
+    for prompts in [batch::ragged(&prompt), batch::even(&prompt)] {
+        batch::check_batch(
+            &fused,
+            &prompts,
+            6,
+            tol,
+            exact,
+            &format!("{name} on {label}"),
+        );
+    }
+    check_model(name, fused, &label, tol);
 }
 
 /// A cache whose layers hold keys and values in one buffer (what `Llm::new_cache` makes where
@@ -674,6 +690,7 @@ fn bad_requests_are_errors() {
     })
     .unwrap_err();
     assert_mentions(&err.to_string(), &["context full", "--max-context"]);
+    batch::check_batch_errors(&model);
 }
 
 /// Generation on `B` with the fourth greedy token made an end-of-sequence token.
@@ -1494,7 +1511,7 @@ fn gemma3_gguf_loads_and_runs_alike_on_mlx_and_ndarray() {
     assert_eq!(mlx.config().num_layers, 2);
     assert_eq!(mlx.config().sliding.as_ref().unwrap().window, 16);
     let long: Vec<u32> = (0..23).map(|i| (i * 11 + 2) % 64).collect();
-    for prompt in [vec![2, 17, 5, 40, 33, 8], long] {
+    for prompt in [vec![2, 17, 5, 40, 33, 8], long.clone()] {
         let n = prompt.len();
         let mut cache = mlx.new_cache(n);
         let a = rows(mlx.forward(&prompt, &mut cache, Logits::All).unwrap());
@@ -1518,6 +1535,10 @@ fn gemma3_gguf_loads_and_runs_alike_on_mlx_and_ndarray() {
             "gemma3 tiny ({n}): fixed step differs by {diff}"
         );
     }
+    // A batch whose rows run past the sliding window (16), padded by 17 and 0 positions.
+    let prompts = vec![long[..6].to_vec(), long.clone()];
+    batch::check_batch(&mlx, &prompts, 12, TOL, true, "gemma3 tiny");
+    batch::check_batch(&nd, &prompts, 4, TOL, false, "gemma3 tiny on ndarray");
 
     let err = load_gguf::<Mlx>(
         &write_tiny_gemma3("gemma3-llama", "llama", None),

@@ -5,6 +5,8 @@
 //! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --prompt "The capital of France is"
 //! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --prompt-ids 1,450,7483 --max-tokens 32
 //! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --prompt "..." --temp 0.7 --top-p 0.9 --seed 1
+//! cargo run --release -p burn-mlx-llm --bin llm -- --model DIR --prompt "Paris is" --prompt "Rome is"
+//! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset qwen3-0.6b --dtype bf16 --batch 16
 //! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset qwen3-0.6b --dtype bf16
 //! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset small --backend ndarray
 //! cargo run --release -p burn-mlx-llm --bin llm -- --bench --preset small --quantize q4
@@ -29,7 +31,7 @@ use burn_mlx_llm::cli::{DTypeArg, DeviceArg, QuantizeArg};
 use burn_mlx_llm::config::{LlmConfig, PRESETS};
 use burn_mlx_llm::error::{LlmError, Result};
 use burn_mlx_llm::export::export_decode_step;
-use burn_mlx_llm::generate::{generate, GenerateOptions};
+use burn_mlx_llm::generate::{generate, generate_batch, GenerateOptions};
 use burn_mlx_llm::gguf::{decode, is_gguf, GgufFile};
 use burn_mlx_llm::model::{Llm, Logits};
 use burn_mlx_llm::sampling::Sampler;
@@ -69,9 +71,11 @@ struct Args {
     /// or a llama.cpp `.gguf` file of Gemma 3 (with --prompt-ids).
     #[arg(long, required_unless_present = "bench")]
     model: Option<PathBuf>,
-    /// Prompt text (needs the folder's tokenizer.json).
+    /// Prompt text (needs the folder's tokenizer.json). Given several times, the prompts are
+    /// generated together as one batch (left-padded; see `generate_batch`) and each completion
+    /// is printed when the batch ends.
     #[arg(long, conflicts_with = "prompt_ids")]
-    prompt: Option<String>,
+    prompt: Vec<String>,
     /// Prompt as comma-separated token ids (bypasses the tokenizer).
     #[arg(long, value_delimiter = ',')]
     prompt_ids: Option<Vec<u32>>,
@@ -115,6 +119,10 @@ struct Args {
     /// Prompt length of --bench (random token ids).
     #[arg(long, default_value_t = 512)]
     prompt_len: usize,
+    /// Sequences --bench generates together (random prompts of --prompt-len tokens each): the
+    /// summary gives decode tokens/s per sequence and over the batch.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: u64,
     /// With --bench on `Mlx`: also count the MLX primitives of one decode step (by kind), the
     /// launches a token pays for.
     #[arg(long)]
@@ -226,7 +234,7 @@ fn run<B: Backend>(
         let mut file = GgufFile::open(dir)?;
         let vocabulary = file.vocabulary()?;
         let model = file.load_model::<B>(device, dtype)?;
-        if args.prompt.is_some() {
+        if !args.prompt.is_empty() {
             return Err(LlmError::Tokenizer(format!(
                 "{} is a GGUF file: this example does not build a tokenizer from it; give \
                  --prompt-ids",
@@ -236,7 +244,7 @@ fn run<B: Backend>(
         (model, None, Some(vocabulary))
     } else {
         let model = load_model::<B>(dir, device, dtype)?;
-        (model, load_tokenizer(dir, args.prompt.is_some())?, None)
+        (model, load_tokenizer(dir, !args.prompt.is_empty())?, None)
     };
     let mut model = prepare(model, args)?;
     if let Some(adapter) = &args.adapter {
@@ -283,20 +291,31 @@ fn run<B: Backend>(
         return Ok(());
     }
 
-    let prompt: Vec<u32> = match (&args.prompt_ids, &args.prompt, &tokenizer) {
-        (Some(ids), _, _) => ids.clone(),
-        (None, Some(text), Some(tok)) => encode(tok, text)?,
-        (None, Some(_), None) => {
-            return Err(LlmError::Tokenizer(
-                "no tokenizer.json for --prompt; give --prompt-ids".into(),
-            ))
-        }
-        (None, None, _) => {
+    if args.batch != 1 {
+        return Err(LlmError::Input(
+            "--batch sets --bench's batch; to generate a batch of your own prompts, give \
+             --prompt several times"
+                .into(),
+        ));
+    }
+    let prompts: Vec<Vec<u32>> = match (&args.prompt_ids, &args.prompt[..], &tokenizer) {
+        (Some(ids), _, _) => vec![ids.clone()],
+        (None, [], _) => {
             return Err(LlmError::Input(
                 "give a prompt: --prompt TEXT or --prompt-ids 1,2,3".into(),
             ))
         }
+        (None, texts, Some(tok)) => texts
+            .iter()
+            .map(|text| encode(tok, text))
+            .collect::<Result<_>>()?,
+        (None, _, None) => {
+            return Err(LlmError::Tokenizer(
+                "no tokenizer.json for --prompt; give --prompt-ids".into(),
+            ))
+        }
     };
+    let prompt = prompts[0].clone();
     if let Some(file) = &args.logits_out {
         let mut cache = model.new_cache(prompt.len());
         let logits = model.forward(&prompt, &mut cache, Logits::All)?;
@@ -317,8 +336,8 @@ fn run<B: Backend>(
         return Ok(());
     }
     let max_tokens = args.max_tokens.unwrap_or(256) as usize;
-    let capacity = args.max_context.unwrap_or(prompt.len() + max_tokens);
-    let mut cache = model.new_cache(capacity);
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let capacity = args.max_context.unwrap_or(width + max_tokens);
     let stop = if args.ignore_eos {
         vec![]
     } else {
@@ -330,8 +349,29 @@ fn run<B: Backend>(
         sampler: Sampler::new(args.temp, args.top_p, args.seed),
         device_memory,
     };
-    let mut stream = tokenizer.as_ref().map(TextStream::new);
     let mut decoder = args.decode_step.decoder(&model);
+    if prompts.len() > 1 {
+        let mut cache = model.new_batch_cache(prompts.len(), capacity);
+        let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let (outputs, stats) = generate_batch(
+            &mut decoder,
+            &mut cache,
+            &refs,
+            &mut options,
+            &mut |_, _| Ok(()),
+        )?;
+        for (i, (text, tokens)) in args.prompt.iter().zip(&outputs).enumerate() {
+            let tok = tokenizer.as_ref().expect("several prompts are text");
+            let completion = tok
+                .decode(tokens, true)
+                .map_err(|e| LlmError::Tokenizer(format!("decoding completion {i}: {e}")))?;
+            println!("[{i}] {text}{completion}");
+        }
+        println!("{}", stats.summary());
+        return Ok(());
+    }
+    let mut cache = model.new_cache(capacity);
+    let mut stream = tokenizer.as_ref().map(TextStream::new);
     let (_, stats) =
         generate(
             &mut decoder,
@@ -434,9 +474,15 @@ fn bench<B: Backend>(
         return Err(LlmError::Input("--prompt-len must be at least 1".into()));
     }
     let mut rng = StdRng::seed_from_u64(args.seed);
-    let prompt: Vec<u32> = (0..args.prompt_len)
-        .map(|_| rng.random_range(0..config.vocab_size as u32))
+    let batch = args.batch as usize;
+    let prompts: Vec<Vec<u32>> = (0..batch)
+        .map(|_| {
+            (0..args.prompt_len)
+                .map(|_| rng.random_range(0..config.vocab_size as u32))
+                .collect()
+        })
         .collect();
+    let prompt = prompts[0].clone();
     let params = config.num_params();
     let model = prepare(Llm::<B>::random(config, device, dtype)?, args)?;
 
@@ -444,23 +490,25 @@ fn bench<B: Backend>(
     // peer in `scripts/llm_gpu_reference.py` does. It materializes the (lazily generated)
     // weights, and every shape-keyed cache a backend keeps (compiled kernels, cuDNN graphs per
     // key length, CUDA graphs) is filled before timing, on both sides alike.
-    let warm_prompt = &prompt[..];
     let mut decoder = args.decode_step.decoder(&model);
-    let mut warm_cache = model.new_cache(prompt.len() + max_tokens);
+    let capacity = prompt.len() + max_tokens;
+    let new_cache = || match batch {
+        1 => model.new_cache(capacity),
+        _ => model.new_batch_cache(batch, capacity),
+    };
+    let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    let run_once =
+        |decoder: &mut Decoder<B>, cache: &mut _, options: &mut GenerateOptions| match batch {
+            1 => generate(decoder, cache, &prompt, options, &mut |_| Ok(())).map(|(_, s)| s),
+            _ => generate_batch(decoder, cache, &refs, options, &mut |_, _| Ok(())).map(|(_, s)| s),
+        };
     let mut warm = GenerateOptions {
         max_tokens,
         stop_tokens: &[],
         sampler: Sampler::greedy(),
         device_memory: None,
     };
-    generate(
-        &mut decoder,
-        &mut warm_cache,
-        warm_prompt,
-        &mut warm,
-        &mut |_| Ok(()),
-    )?;
-    drop(warm_cache);
+    run_once(&mut decoder, &mut new_cache(), &mut warm)?;
     // The measured run's peak: weights, cache and the run's own transients, without the warm-up
     // or the one-off buffers of quantizing the weights (mlx-lm quantizes at conversion time).
     if device_memory.is_some() {
@@ -471,16 +519,14 @@ fn bench<B: Backend>(
         count_decode_primitives(&mut decoder, &prompt)?;
     }
 
-    let mut cache = model.new_cache(prompt.len() + max_tokens);
+    let mut cache = new_cache();
     let mut options = GenerateOptions {
         max_tokens,
         stop_tokens: &[],
         sampler: Sampler::new(args.temp, args.top_p, args.seed),
         device_memory,
     };
-    let (_, stats) = generate(&mut decoder, &mut cache, &prompt, &mut options, &mut |_| {
-        Ok(())
-    })?;
+    let stats = run_once(&mut decoder, &mut cache, &mut options)?;
     let elem = match dtype {
         DType::F32 => 4,
         _ => 2,
@@ -494,7 +540,11 @@ fn bench<B: Backend>(
         args.preset,
         params as f64 / 1e6,
         dtype,
-        decoder.describe(),
+        if batch > 1 {
+            "eager decode steps (a batch always runs them)"
+        } else {
+            decoder.describe()
+        },
         stats.summary(),
         mib(model.weight_bytes()),
         mib(cache.bytes(elem)),
