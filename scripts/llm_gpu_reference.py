@@ -16,14 +16,18 @@ Each peer does one warm-up generation and then one measured generation, and prin
 prefill tokens/s (prompt tokens over the time to the first new token) and decode tokens/s (the
 remaining new tokens over the time after the first).
 
+With `--mlx-lm-batches 4,16`, mlx-lm's `BatchGenerator` also decodes that many random prompts
+together (the peer of `llm --bench --batch N`).
+
 Usage (on the GPU machine; mlx-lm's and MLX's wheels on PYTHONPATH):
     python scripts/llm_gpu_reference.py --model-dir /tmp/qwen3-0.6b-random [--skip-transformers]
-        [--mlx-lm-variants bf16,f32,q8,q4]
+        [--mlx-lm-variants bf16,f32,q8,q4] [--mlx-lm-batches 4,16]
 """
 
 import argparse
 import json
 import os
+import random
 import time
 from pathlib import Path
 
@@ -63,19 +67,48 @@ def write_model(model_dir: Path, prompt_len: int, seed: int) -> list:
     return ids
 
 
-def time_mlx_lm(model_dir: Path, ids: list, new_tokens: int, variant: str) -> dict:
-    """mlx-lm's generate_step, greedy, as mlx_lm.generate times it.
+# name: (hidden, layers, heads, kv_heads, head_dim, intermediate, vocab), as `LlmConfig::preset`
+# (rms eps 1e-6, RoPE base 1e6, tied embeddings, no biases).
+PRESETS = {
+    "qwen3-0.6b": (1024, 28, 16, 8, 128, 3072, 151_936),
+    "small": (512, 8, 8, 4, 64, 1536, 32_000),
+}
 
+
+def random_preset(name: str):
+    """An mlx-lm Qwen3 of preset `name` with random bf16 weights, made in MLX (no files, no
+    PyTorch): the CPU peer, where transformers is not installed."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_unflatten
+    from mlx_lm.models import qwen3
+
+    h, n_layers, heads, kv, hd, inter, vocab = PRESETS[name]
+    model = qwen3.Model(qwen3.ModelArgs(
+        model_type="qwen3", hidden_size=h, num_hidden_layers=n_layers, intermediate_size=inter,
+        num_attention_heads=heads, rms_norm_eps=1e-6, vocab_size=vocab, num_key_value_heads=kv,
+        max_position_embeddings=40_960, head_dim=hd, tie_word_embeddings=True, rope_theta=1e6))
+    params = [(k, mx.ones(v.shape, mx.bfloat16) if k.endswith("norm.weight")
+               else (0.02 * mx.random.normal(v.shape)).astype(mx.bfloat16))
+              for k, v in tree_flatten(model.parameters())]
+    model.update(tree_unflatten(params))
+    return model
+
+
+def load_mlx_lm(model_dir, variant: str):
+    """The model in mlx-lm, from a folder or (`model_dir` a preset name) random weights, in
     `variant`: `bf16` (the file's dtype), `f32` (weights cast, as `llm --dtype f32` does), or
     `q8`/`q4` (MLX's affine quantization, group size 64, of every Linear and of the embedding,
-    which serves as the tied output projection: what `mlx_lm.convert -q` makes).
-    """
+    which serves as the tied output projection: what `mlx_lm.convert -q` makes). The weights are
+    evaluated and the peak memory reset."""
     import mlx.core as mx
     import mlx.nn as nn
-    from mlx_lm.generate import generate_step
-    from mlx_lm.utils import load_model
 
-    model, _ = load_model(model_dir)
+    if isinstance(model_dir, str):
+        model = random_preset(model_dir)
+    else:
+        from mlx_lm.utils import load_model
+
+        model, _ = load_model(model_dir)
     if variant == "f32":
         model.set_dtype(mx.float32)
     elif variant in ("q8", "q4"):
@@ -90,6 +123,15 @@ def time_mlx_lm(model_dir: Path, ids: list, new_tokens: int, variant: str) -> di
         raise SystemExit(f"unknown mlx-lm variant {variant!r} (bf16, f32, q8, q4)")
     mx.eval(model.parameters())
     mx.reset_peak_memory()
+    return model
+
+
+def time_mlx_lm(model_dir, ids: list, new_tokens: int, variant: str) -> dict:
+    """mlx-lm's generate_step, greedy, as mlx_lm.generate times it."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    model = load_mlx_lm(model_dir, variant)
     prompt = mx.array(ids)
 
     def once(n):
@@ -115,6 +157,51 @@ def time_mlx_lm(model_dir: Path, ids: list, new_tokens: int, variant: str) -> di
         prefill_tok_s=len(ids) / first,
         decode_tok_s=(count - 1) / (total - first),
         peak_memory_gb=mx.get_peak_memory() / 1e9,
+    )
+
+
+def time_mlx_lm_batch(
+    model_dir, batch: int, prompt_len: int, new_tokens: int, variant: str, seed: int, vocab: int
+) -> dict:
+    """mlx-lm's `BatchGenerator` (what `mlx_lm.batch_generate` runs), greedy, over `batch` random
+    prompts of `prompt_len` tokens, all prefilled and decoded as one batch (prefill and
+    completion batch sizes set to `batch`), with no stop token: the peer of `llm --bench
+    --batch N`. Reports mlx-lm's own statistics: prompt tokens/s, and generated tokens/s over
+    the whole batch."""
+    import mlx.core as mx
+    from mlx_lm.generate import BatchGenerator
+
+    model = load_mlx_lm(model_dir, variant)
+    rng = random.Random(seed)
+    prompts = [
+        [rng.randrange(vocab) for _ in range(prompt_len)]
+        for _ in range(batch)
+    ]
+
+    def once(n):
+        gen = BatchGenerator(
+            model, stop_tokens=[], prefill_batch_size=batch, completion_batch_size=batch
+        )
+        gen.insert(prompts, [n] * batch)
+        with gen.stats() as stats:
+            while gen.next_generated():
+                pass
+        gen.close()
+        return stats
+
+    once(new_tokens)
+    mx.reset_peak_memory()
+    stats = once(new_tokens)
+    return dict(
+        runner="mlx-lm-batch",
+        variant=variant,
+        device=str(mx.default_device()),
+        batch=batch,
+        prompt_tokens=stats.prompt_tokens,
+        new_tokens=stats.generation_tokens,
+        prefill_tok_s=stats.prompt_tps,
+        total_decode_tok_s=stats.generation_tps,
+        peak_memory_gb=stats.peak_memory,
     )
 
 
@@ -160,7 +247,14 @@ def time_transformers(model_dir: Path, ids: list, new_tokens: int) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--model-dir", type=Path)
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="mlx-lm only, instead of --model-dir: random weights of this `llm --preset` shape "
+        "made in MLX (with --device cpu: the CPU peer, no PyTorch needed)",
+    )
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
@@ -171,13 +265,42 @@ def main():
         default="bf16",
         help="comma-separated mlx-lm runs: bf16, f32, q8, q4 (default bf16)",
     )
+    parser.add_argument(
+        "--mlx-lm-batches",
+        default="",
+        help="comma-separated batch sizes for mlx-lm's BatchGenerator runs (in each variant)",
+    )
     args = parser.parse_args()
+    if (args.model_dir is None) == (args.preset is None):
+        parser.error("give one of --model-dir and --preset")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    ids = write_model(args.model_dir, args.prompt_len, args.seed)
+    if args.device == "cpu":
+        import mlx.core as mx
+
+        mx.set_default_device(mx.cpu)
+    if args.preset:
+        args.skip_transformers = True
+        source, vocab = args.preset, PRESETS[args.preset][6]
+        rng = random.Random(args.seed)
+        ids = [rng.randrange(vocab) for _ in range(args.prompt_len)]
+    else:
+        source, vocab = args.model_dir, QWEN3_06B["vocab_size"]
+        ids = write_model(args.model_dir, args.prompt_len, args.seed)
     if not args.skip_mlx_lm:
         for variant in args.mlx_lm_variants.split(","):
-            result = time_mlx_lm(args.model_dir, ids, args.new_tokens, variant)
+            result = time_mlx_lm(source, ids, args.new_tokens, variant)
             print(json.dumps(result), flush=True)
+            for batch in filter(None, args.mlx_lm_batches.split(",")):
+                result = time_mlx_lm_batch(
+                    source,
+                    int(batch),
+                    args.prompt_len,
+                    args.new_tokens,
+                    variant,
+                    args.seed,
+                    vocab,
+                )
+                print(json.dumps(result), flush=True)
     if not args.skip_transformers:
         print(json.dumps(time_transformers(args.model_dir, ids, args.new_tokens)), flush=True)
 
