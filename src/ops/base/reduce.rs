@@ -71,12 +71,24 @@ pub(crate) fn sum_leading_axes(a: &Array, split: bool) -> MlxResult {
         .as_dtype(a.dtype())
 }
 
+/// The fewest rows a column sum needs to be split. Shorter columns take one pass: at 2,048 rows
+/// one reduction costs the GPU about a quarter of the 92 us measured at 8,192, so the split
+/// saves little there, and steps of that size are bound by the host, which pays for the two
+/// extra primitives. Measured on an H200 (2026-11-27, `train_bench`, alternating rounds):
+/// burn-nn's encoder at batch 16 (2,048 rows) ran at 0.6-0.97x with the split against without.
+const SPLIT_MIN_ROWS: usize = 4096;
+
 /// The number of row groups for [`sum_axis_split`]: `None` where MLX's one reduction already
 /// has enough thread blocks (an output of 8,192 or more values, 32 per block), the columns are
-/// short (under 2,048 rows) or the axis is the last one; otherwise the divisor of `rows`
-/// between 8 and 64 closest to 32 (`None` when it has none).
+/// short (under [`SPLIT_MIN_ROWS`] rows) or the axis is the last one, or when
+/// `BURN_MLX_SPLIT_SUMS=0` (for A/B measurements); otherwise the divisor of `rows` between 8
+/// and 64 closest to 32 (`None` when it has none).
 fn row_groups(outer: usize, rows: usize, inner: usize) -> Option<usize> {
-    if inner == 1 || rows < 2048 || outer * inner >= 8192 {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *OFF.get_or_init(|| std::env::var("BURN_MLX_SPLIT_SUMS").as_deref() == Ok("0")) {
+        return None;
+    }
+    if inner == 1 || rows < SPLIT_MIN_ROWS || outer * inner >= 8192 {
         return None;
     }
     (8..=64)
@@ -381,9 +393,10 @@ mod tests {
     fn split_sums_match_one_reduction() {
         for (shape, axis, splits) in [
             (vec![8192, 16], 0, true),
-            (vec![3, 4000, 5], 1, true),
-            (vec![2, 2048, 3, 4], 1, true),
-            (vec![2053, 16], 0, false),
+            (vec![3, 4800, 5], 1, true),
+            (vec![2, 4096, 3, 4], 1, true),
+            (vec![2048, 16], 0, false),
+            (vec![4099, 16], 0, false),
             (vec![16, 8192], 1, false),
             (vec![2048, 8192], 0, false),
         ] {
