@@ -225,17 +225,7 @@ fn greedy_pipelined<B: Backend>(
             }
         }
         read += 1;
-        for (row, &token) in ids.iter().enumerate() {
-            if done[row] {
-                continue;
-            }
-            if options.stop_tokens.contains(&token) {
-                done[row] = true;
-                continue;
-            }
-            tokens[row].push(token);
-            on_token(row, token)?;
-        }
+        hand_out(&ids, options.stop_tokens, &mut done, tokens, on_token)?;
         let first = first.expect("the loop reads at least one token");
         match next {
             Some(_) if done.iter().all(|&d| d) => return Ok((first, host, true)),
@@ -243,6 +233,29 @@ fn greedy_pipelined<B: Backend>(
             None => return Ok((first, host, false)),
         }
     }
+}
+
+/// Gives each unfinished row its token (`ids[row]`): a stop token finishes the row, any other is
+/// kept and handed to `on_token`.
+fn hand_out(
+    ids: &[u32],
+    stop_tokens: &[u32],
+    done: &mut [bool],
+    tokens: &mut [Vec<u32>],
+    on_token: &mut dyn FnMut(usize, u32) -> Result<()>,
+) -> Result<()> {
+    for (row, &token) in ids.iter().enumerate() {
+        if done[row] {
+            continue;
+        }
+        if stop_tokens.contains(&token) {
+            done[row] = true;
+            continue;
+        }
+        tokens[row].push(token);
+        on_token(row, token)?;
+    }
+    Ok(())
 }
 
 /// Reads token ids (`[rows, 1]`) back from the device.
@@ -436,17 +449,7 @@ fn run<B: Backend>(
         sample_memory(&mut device_peak);
         let mut done = vec![false; batch];
         for step in 1.. {
-            for (row, &token) in next.iter().enumerate() {
-                if done[row] {
-                    continue;
-                }
-                if options.stop_tokens.contains(&token) {
-                    done[row] = true;
-                    continue;
-                }
-                tokens[row].push(token);
-                on_token(row, token)?;
-            }
+            hand_out(&next, options.stop_tokens, &mut done, &mut tokens, on_token)?;
             if step == options.max_tokens || done.iter().all(|&d| d) {
                 break;
             }
