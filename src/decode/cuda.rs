@@ -53,9 +53,10 @@ const ADD_RMS_NORM: &str = r#"
   }
 "#;
 
-/// Splits `qkv` (`[rows, (HQ + 2·HKV)·D]`, row `i` at position `pos[0] + i`) into heads-first
-/// `q`, `k`, `v` (`[HQ or HKV, rows, D]`; or `q` and `kv`, `[2·HKV, rows, D]`, keys then values,
-/// where `K_OUT` and `V_OUT` say, see [`qkv_outputs`]), normalizing each query and key head (RMS, with
+/// Splits `qkv` (`[rows, (HQ + 2·HKV)·D]`: `BATCH` sequences of `rows / BATCH` positions, row
+/// `s` of a sequence at position `pos[0] + s`) into heads-first `q`, `k`, `v` (`[BATCH, HQ or
+/// HKV, seq, D]`; or `q` and `kv`, `[BATCH, 2·HKV, seq, D]`, keys then values, where `K_OUT` and
+/// `V_OUT` say, see [`qkv_outputs`]), normalizing each query and key head (RMS, with
 /// `qw`/`kw`, when `NORM`) and rotating it ("rotate half" RoPE with inverse frequencies
 /// `freqs`, `[D/2]`). One warp per (row, head).
 const QKV_NORM_ROPE: &str = r#"
@@ -63,10 +64,12 @@ const QKV_NORM_ROPE: &str = r#"
   constexpr int HALF = D / 2;
   constexpr int PER = (HALF + 31) / 32;
   const int rows = qkv_shape[0];
+  const int seq = rows / BATCH;
   const int lane = threadIdx.x & 31;
   const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   if (gw >= rows * HEADS) return;
   const int row = gw / HEADS, head = gw % HEADS;
+  const int bi = row / seq, s = row % seq;
   const T* src = qkv + (size_t)row * HEADS * D + (size_t)head * D;
   if (head >= HQ + HKV) {
     T* dst = V_OUT(head - HQ - HKV);
@@ -75,7 +78,7 @@ const QKV_NORM_ROPE: &str = r#"
   }
   const bool is_q = head < HQ;
   const int hh = is_q ? head : head - HQ;
-  T* dst = is_q ? q + ((size_t)hh * rows + row) * D : K_OUT(hh);
+  T* dst = is_q ? q + (((size_t)bi * HQ + hh) * seq + s) * D : K_OUT(hh);
   float a[PER], b[PER];
   float ss = 0.f;
 #pragma unroll
@@ -102,7 +105,7 @@ const QKV_NORM_ROPE: &str = r#"
       }
     }
   }
-  const float p = static_cast<float>(pos[0] + row);
+  const float p = static_cast<float>(pos[0] + s);
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     const int i = lane + 32 * j;
@@ -283,23 +286,26 @@ pub(super) fn add_rms_norm(
     Ok((h, y))
 }
 
-/// Where [`QKV_NORM_ROPE`] writes key head `h` and value head `h` of row `row`: into `k` and
-/// `v`, or into one `kv` (keys, then values).
+/// Where [`QKV_NORM_ROPE`] writes key head `h` and value head `h` of position `s` of sequence
+/// `bi`: into `k` and `v`, or into one `kv` (keys, then values).
 fn qkv_outputs(joint: bool) -> &'static str {
     if joint {
-        "#define K_OUT(h) (kv + ((size_t)(h) * rows + row) * D)\n\
-         #define V_OUT(h) (kv + ((size_t)(HKV + (h)) * rows + row) * D)\n"
+        "#define K_OUT(h) (kv + (((size_t)bi * 2 * HKV + (h)) * seq + s) * D)\n\
+         #define V_OUT(h) (kv + (((size_t)bi * 2 * HKV + HKV + (h)) * seq + s) * D)\n"
     } else {
-        "#define K_OUT(h) (k + ((size_t)(h) * rows + row) * D)\n\
-         #define V_OUT(h) (v + ((size_t)(h) * rows + row) * D)\n"
+        "#define K_OUT(h) (k + (((size_t)bi * HKV + (h)) * seq + s) * D)\n\
+         #define V_OUT(h) (v + (((size_t)bi * HKV + (h)) * seq + s) * D)\n"
     }
 }
 
-/// The query, key and value heads of `qkv` (`[rows, (hq + 2·hkv)·d]`), normed and rotated; see
-/// [`QKV_NORM_ROPE`]. `norms` are the query and key norms' weights. With `joint`, the keys and
-/// values come out as one array `[1, 2·hkv, rows, d]` (two outputs in all), else apart.
+/// The query, key and value heads of `qkv` (`[batch·seq, (hq + 2·hkv)·d]`), normed and
+/// rotated; see [`QKV_NORM_ROPE`]. `norms` are the query and key norms' weights. With `joint`,
+/// the keys and values come out as one array `[batch, 2·hkv, seq, d]` (two outputs in all), else
+/// apart.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn qkv_norm_rope(
     qkv: &Array,
+    batch: usize,
     [hq, hkv, d]: [usize; 3],
     norms: Option<(&Array, &Array)>,
     eps: f32,
@@ -311,10 +317,11 @@ pub(super) fn qkv_norm_rope(
     let dtype = qkv.dtype();
     // Without norms the weights are not read: the frequencies stand in for them.
     let (qw, kw) = norms.unwrap_or((freqs, freqs));
+    let seq = rows / batch;
     let warps = rows * (hq + 2 * hkv);
-    let q_shape = dims_i32(&[1, hq, rows, d]);
-    let kv_shape = dims_i32(&[1, 2 * hkv, rows, d]);
-    let k_shape = dims_i32(&[1, hkv, rows, d]);
+    let q_shape = dims_i32(&[batch, hq, seq, d]);
+    let kv_shape = dims_i32(&[batch, 2 * hkv, seq, d]);
+    let k_shape = dims_i32(&[batch, hkv, seq, d]);
     let (name, outputs, shapes): (_, &[&str], Vec<(&[i32], Dtype)>) = if joint {
         (
             "burn_mlx_qkv_norm_rope_joint",
@@ -344,6 +351,7 @@ pub(super) fn qkv_norm_rope(
                     TemplateArg::Int("D", d as i32),
                     TemplateArg::Int("EPS", eps.to_bits() as i32),
                     TemplateArg::Int("NORM", norms.is_some() as i32),
+                    TemplateArg::Int("BATCH", batch as i32),
                 ],
                 [(warps * 32).div_ceil(128) as i32 * 128, 1, 1],
                 [128, 1, 1],

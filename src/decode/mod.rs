@@ -188,28 +188,30 @@ impl QkvLayout {
     }
 }
 
-/// Splits `qkv` (`[seq, width]`, one sequence whose positions start at `offset`) into query, key
-/// and value heads, `[1, heads, seq, head_dim]` each; normalizes each query and key head with
-/// `norms` (RMS norm with the query and key weights, `[head_dim]`, as Qwen3 and Gemma 3 do) and
-/// rotates them with `rope`.
+/// Splits `qkv` (`[batch·seq, width]`: `batch` sequences of `seq` positions each, row by row,
+/// whose positions start at `offset`) into query, key and value heads, `[batch, heads, seq,
+/// head_dim]` each; normalizes each query and key head with `norms` (RMS norm with the query and
+/// key weights, `[head_dim]`, as Qwen3 and Gemma 3 do) and rotates them with `rope`.
 ///
 /// # Panics
 ///
-/// When `qkv`'s width is not `layout.width()`, or `rope` is for another head size.
+/// When `qkv`'s width is not `layout.width()`, its rows are not a multiple of `batch`, or `rope`
+/// is for another head size.
 pub fn qkv_heads<B: Backend>(
     qkv: Tensor<B, 2>,
+    batch: usize,
     layout: QkvLayout,
     norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
     eps: f64,
     rope: &RotaryEmbedding<B>,
     offset: &At<B>,
 ) -> [Tensor<B, 4>; 3] {
-    let mut out = heads(qkv, layout, norms, eps, rope, offset, false).into_iter();
+    let mut out = heads(qkv, batch, layout, norms, eps, rope, offset, false).into_iter();
     let mut next = || out.next().expect("three outputs");
     [next(), next(), next()]
 }
 
-/// [`qkv_heads`] with the keys and values in one tensor, `[1, 2 · kv_heads, seq, head_dim]`
+/// [`qkv_heads`] with the keys and values in one tensor, `[batch, 2 · kv_heads, seq, head_dim]`
 /// (keys, then values): what a cache that holds both in one buffer writes with one update
 /// ([`decode_attention_joint`]). Returns `[queries, keys and values]`.
 ///
@@ -218,20 +220,23 @@ pub fn qkv_heads<B: Backend>(
 /// As [`qkv_heads`].
 pub fn qkv_heads_joint<B: Backend>(
     qkv: Tensor<B, 2>,
+    batch: usize,
     layout: QkvLayout,
     norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
     eps: f64,
     rope: &RotaryEmbedding<B>,
     offset: &At<B>,
 ) -> [Tensor<B, 4>; 2] {
-    let mut out = heads(qkv, layout, norms, eps, rope, offset, true).into_iter();
+    let mut out = heads(qkv, batch, layout, norms, eps, rope, offset, true).into_iter();
     let mut next = || out.next().expect("two outputs");
     [next(), next()]
 }
 
 /// [`qkv_heads`] and [`qkv_heads_joint`].
+#[allow(clippy::too_many_arguments)]
 fn heads<B: Backend>(
     qkv: Tensor<B, 2>,
+    batch: usize,
     layout: QkvLayout,
     norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
     eps: f64,
@@ -239,7 +244,12 @@ fn heads<B: Backend>(
     offset: &At<B>,
     joint: bool,
 ) -> Vec<Tensor<B, 4>> {
-    let [seq, width] = qkv.dims();
+    let [rows, width] = qkv.dims();
+    assert!(
+        batch > 0 && rows.is_multiple_of(batch),
+        "qkv_heads: {rows} rows do not split into {batch} sequences"
+    );
+    let seq = rows / batch;
     let QkvLayout {
         heads: hq,
         kv_heads: hkv,
@@ -268,6 +278,7 @@ fn heads<B: Backend>(
                 .scope(|| {
                     cuda::qkv_norm_rope(
                         &t.array,
+                        batch,
                         [hq, hkv, d],
                         norm_arrays.as_ref().map(|(q, k)| (q, k)),
                         eps as f32,
@@ -283,9 +294,9 @@ fn heads<B: Backend>(
     };
     let heads_first = |t: Tensor<B, 2>, heads: usize| {
         if seq == 1 {
-            t.reshape([1, heads, 1, d])
+            t.reshape([batch, heads, 1, d])
         } else {
-            t.reshape([1, seq, heads, d]).swap_dims(1, 2)
+            t.reshape([batch, seq, heads, d]).swap_dims(1, 2)
         }
     };
     let q = heads_first(qkv.clone().narrow(1, 0, hq * d), hq);

@@ -124,14 +124,16 @@ fn qkv_heads_match_the_composed_ops() {
     for (dtype, tol) in DTYPES {
         for d in [64, 128] {
             for (hq, hkv) in [(4, 4), (4, 2), (8, 2)] {
-                for (seq, offset) in [(1, 0), (1, 300), (5, 2040)] {
+                for (batch, seq, offset) in
+                    [(1, 1, 0), (1, 1, 300), (1, 5, 2040), (3, 1, 300), (2, 5, 7)]
+                {
                     for norm in [false, true] {
                         let layout = QkvLayout {
                             heads: hq,
                             kv_heads: hkv,
                             head_dim: d,
                         };
-                        let (qkv, qkv_r) = pair([seq, layout.width()], 4, dtype, 2.0);
+                        let (qkv, qkv_r) = pair([batch * seq, layout.width()], 4, dtype, 2.0);
                         let (qw, qw_r) = pair([d], 5, dtype, 1.0);
                         let (kw, kw_r) = pair([d], 6, dtype, 1.0);
                         let freqs: Vec<f64> = (0..d / 2)
@@ -141,6 +143,7 @@ fn qkv_heads_match_the_composed_ops() {
                         let norms = norm.then_some((&qw, &kw));
                         let [q, k, v] = decode::qkv_heads(
                             qkv.clone(),
+                            batch,
                             layout,
                             norms,
                             1e-6,
@@ -149,6 +152,7 @@ fn qkv_heads_match_the_composed_ops() {
                         );
                         let [qj, kv] = decode::qkv_heads_joint(
                             qkv,
+                            batch,
                             layout,
                             norms,
                             1e-6,
@@ -158,8 +162,9 @@ fn qkv_heads_match_the_composed_ops() {
                         let joint = f32_rows(Tensor::cat(vec![k.clone(), v.clone()], 1));
                         check("qkv_heads_joint q", f32_rows(qj), f32_rows(q.clone()), 0.0);
                         check("qkv_heads_joint kv", f32_rows(kv), joint, 0.0);
-                        let heads =
-                            |t: Tensor<R, 2>, n: usize| t.reshape([1, seq, n, d]).swap_dims(1, 2);
+                        let heads = |t: Tensor<R, 2>, n: usize| {
+                            t.reshape([batch, seq, n, d]).swap_dims(1, 2)
+                        };
                         let qr = heads(qkv_r.clone().narrow(1, 0, hq * d), hq);
                         let kr = heads(qkv_r.clone().narrow(1, hq * d, hkv * d), hkv);
                         let vr = heads(qkv_r.narrow(1, (hq + hkv) * d, hkv * d), hkv);
@@ -172,7 +177,7 @@ fn qkv_heads_match_the_composed_ops() {
                             (qr, kr)
                         };
                         let label = format!(
-                            "qkv_heads {dtype:?} d {d} heads {hq}/{hkv} seq {seq} at {offset} norm {norm}"
+                            "qkv_heads {dtype:?} d {d} heads {hq}/{hkv} batch {batch} seq {seq} at {offset} norm {norm}"
                         );
                         // Positions up to 2,045 turn angles by up to 2,045 radians: f32's
                         // rounding of the angle costs about 1e-4.
@@ -286,5 +291,5 @@ fn qkv_heads_rejects_a_wrong_width() {
         kv_heads: 1,
         head_dim: 64,
     };
-    decode::qkv_heads(x, layout, None, 1e-6, &rope, &At::Host(0));
+    decode::qkv_heads(x, 1, layout, None, 1e-6, &rope, &At::Host(0));
 }

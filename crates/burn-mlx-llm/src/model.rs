@@ -454,8 +454,8 @@ impl<B: Backend> Attention<B> {
     /// host position with several queries past the window, [`sliding_band`]; a padded batch,
     /// [`padded_mask`]).
     ///
-    /// With fused projections and one sequence, the heads come from [`decode::qkv_heads`]
-    /// (split, norms and RoPE in one kernel on CUDA). A decode step (one position, known on the
+    /// With fused projections, the heads come from [`decode::qkv_heads`] (split, norms and RoPE
+    /// in one kernel on CUDA). A decode step (one position, known on the
     /// host or the device) with fused projections and no padding attends through
     /// [`decode::decode_attention`] over the cache's buffers up to its length, with no slice of
     /// them and no mask.
@@ -473,7 +473,7 @@ impl<B: Backend> Attention<B> {
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let scale = 1.0 / (d as f64).sqrt();
         let (q, k, v) = match &self.qkv {
-            Packed::Fused(layer, _) if batch == 1 => {
+            Packed::Fused(layer, _) => {
                 let at = match position {
                     Position::Host(offset) => At::Host(*offset),
                     Position::Device { offset, .. } => At::Device(offset.clone()),
@@ -487,19 +487,20 @@ impl<B: Backend> Attention<B> {
                 };
                 let qkv = layer.forward(x)?;
                 if !cache.is_joint() {
-                    let [q, k, v] = decode::qkv_heads(qkv, layout, norms, eps, rope, &at);
+                    let [q, k, v] = decode::qkv_heads(qkv, batch, layout, norms, eps, rope, &at);
                     (q, k, v)
                 } else {
                     // One buffer of keys and values: a decode step writes it with one update
-                    // and attends over it in place; several positions take its two halves.
-                    let [q, kv] = decode::qkv_heads_joint(qkv, layout, norms, eps, rope, &at);
-                    if seq == 1 {
-                        let kv = cache.write_joint(kv, position);
+                    // and attends over it in place; several positions (or a mask) take its two
+                    // halves.
+                    let [q, kv] =
+                        decode::qkv_heads_joint(qkv, batch, layout, norms, eps, rope, &at);
+                    let kv = cache.write_joint(kv, position);
+                    if seq == 1 && masks.pick(window).is_none() {
                         let len = decode_length(position);
                         let out = decode::decode_attention_joint(q, kv, &len, scale, window);
                         return self.o_proj.forward(out);
                     }
-                    let kv = cache.write_joint(kv, position);
                     let (k, v) = (kv.clone().narrow(1, 0, hkv), kv.narrow(1, hkv, hkv));
                     let (k, v) = match position {
                         Position::Host(offset) => {
@@ -510,7 +511,7 @@ impl<B: Backend> Attention<B> {
                     return self.attend(q, k, v, position, window, masks);
                 }
             }
-            _ => {
+            Packed::Separate(_) => {
                 // `[batch·seq, heads·d]` to `[batch, heads, seq, d]`: for one position (a decode
                 // step) a reshape alone; for several, a reshape and a transpose.
                 let heads_first = |t: Tensor<B, 2>, heads: usize| {
@@ -1154,21 +1155,20 @@ impl<B: Backend> Llm<B> {
     /// [`burn_mlx::decode`]'s kernels run, each layer's keys and values share one buffer, which a
     /// decode step updates once.
     pub fn new_cache(&self, capacity: usize) -> KvCache<B> {
-        let joint = self.projections_fused() && decode::kernels_run::<B>(&self.device);
-        KvCache::with_layout(&self.config, capacity, &self.device, self.dtype, joint)
+        self.new_batch_cache(1, capacity)
     }
 
     /// A cache for `batch` sequences of `capacity` positions each, decoded together
-    /// ([`crate::generate::generate_batch`]). Keys and values are separate buffers: a batch's
-    /// heads go through the composed split rather than [`decode::qkv_heads_joint`].
+    /// ([`crate::generate::generate_batch`]), in the layout of [`new_cache`](Self::new_cache).
     pub fn new_batch_cache(&self, batch: usize, capacity: usize) -> KvCache<B> {
+        let joint = self.projections_fused() && decode::kernels_run::<B>(&self.device);
         KvCache::with_batch(
             &self.config,
             batch,
             capacity,
             &self.device,
             self.dtype,
-            false,
+            joint,
         )
     }
 
