@@ -125,7 +125,9 @@ impl FusedOp for LayerNormOp {
 /// reduction would use too few thread blocks, as a `[d]` array of `dtype`: the gradient of a
 /// normalization's weight or bias.
 fn column_sum(a: &Array, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
-    crate::ops::base::sum_leading_axes(a, true)?.as_dtype(dtype)
+    // In f32 throughout, rounded to `dtype` once (a half-precision `a` would otherwise be
+    // rounded to its own dtype first).
+    crate::ops::base::sum_leading_axes(&a.as_dtype(mlx_rs::Dtype::Float32)?, true)?.as_dtype(dtype)
 }
 
 /// Root-mean-square normalization over the last axis, `x / sqrt(mean(x²) + epsilon) · gamma`,
