@@ -181,6 +181,37 @@ fn cross_entropy_matches_burn_nn() {
     );
 }
 
+/// The half-precision loss: the logits rounded to bf16, the loss and the gradient computed in
+/// f32 (the gradient then rounded to bf16), against burn-nn's f32 loss of the same rounded values.
+#[test]
+fn cross_entropy_f32_of_bf16_logits_matches_burn_nn() {
+    fused();
+    let data = rand_f(&[7, 300], (-6.0, 6.0), 22);
+    let targets = rand_i(&[7], 0, 300, 23);
+    let lm = Tensor::<MlxAd, 2>::from_data(data, &MD)
+        .cast(burn::tensor::DType::BF16)
+        .require_grad();
+    let rounded = lm.to_data().convert::<f32>();
+    let ln = Tensor::<NdAd, 2>::from_data(rounded, &ND).require_grad();
+    let ym = functional::cross_entropy_f32(lm.clone(), Tensor::from_data(targets.clone(), &MD));
+    assert_eq!(ym.dtype(), burn::tensor::DType::F32);
+    let reference = burn_nn::loss::CrossEntropyLossConfig::new()
+        .init(&ND)
+        .forward(ln.clone(), Tensor::from_data(targets, &ND));
+    assert_close("cross_entropy_f32", ym.to_data(), reference.to_data(), 1e-6);
+    let gm = ym.backward();
+    let gn = reference.backward();
+    let grad = lm.grad(&gm).unwrap();
+    assert_eq!(grad.dtype(), burn::tensor::DType::BF16);
+    // Each gradient is below 1/7 in magnitude; bf16 keeps 8 significant bits.
+    assert_close(
+        "cross_entropy_f32 dlogits",
+        grad.to_data(),
+        ln.grad(&gn).unwrap().to_data(),
+        1e-3,
+    );
+}
+
 const VOCAB: usize = 16;
 const SEQ: usize = 9;
 const D_MODEL: usize = 32;

@@ -191,10 +191,17 @@ struct Args {
     /// Untimed steps before the timed --iters in --bench.
     #[arg(long, default_value_t = 3)]
     warmup_steps: usize,
+    /// Run burn-mlx's fused training ops on MLX's CPU device too (`burn_mlx::nn::fuse_on_cpu`),
+    /// so that a CPU run builds the graphs a GPU run builds (slower on the CPU; for profiling).
+    #[arg(long)]
+    fuse_on_cpu: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.fuse_on_cpu {
+        burn_mlx::nn::fuse_on_cpu(true);
+    }
     let result = match (args.backend, args.device.device()) {
         (BackendArg::Flex, _) if args.device != DeviceArg::Auto => Err(LlmError::Input(
             "--device chooses MLX's device; it applies to --backend mlx only".into(),
