@@ -296,6 +296,7 @@ pub fn attention<B: Backend>(
         let op = Arc::new(AttentionOp {
             scale: scale as f32,
             mask: additive,
+            causal: false,
         });
         if let Ok(out) =
             custom::apply::<B>(op, vec![prim(q.clone()), prim(k.clone()), prim(v.clone())])
@@ -322,11 +323,72 @@ pub fn attention<B: Backend>(
     softmax(scores, 3).matmul(v)
 }
 
+/// Causal scaled dot-product attention, `softmax(q kᵀ · scale) v` with each query attending to
+/// its own position and the keys before it (the last `seq_q` keys are the queries' positions),
+/// over `[batch, heads, seq, head_dim]` tensors; `k` and `v` may have fewer heads than `q` (as in
+/// [`attention`]).
+///
+/// The same as [`attention`] with a mask hiding the later keys, without the mask: on MLX this is
+/// `mlx::fast::scaled_dot_product_attention` in its causal mode, so MLX's fused kernels (cuDNN's
+/// on NVIDIA GPUs, forward and backward) skip the hidden half of the scores and read no mask
+/// array. Elsewhere it is [`attention`] with the mask built here.
+///
+/// # Panics
+///
+/// When the shapes do not fit together (the message gives them), or `q` has more positions than
+/// `k`.
+pub fn causal_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    scale: f64,
+) -> Tensor<B, 4> {
+    let [_, _, sq, _] = q.dims();
+    let [_, _, sk, _] = k.dims();
+    assert!(
+        sq <= sk,
+        "causal_attention: {sq} queries over {sk} keys (the queries must be the last of the keys' \
+         positions); q {:?}, k {:?}",
+        q.dims(),
+        k.dims()
+    );
+    if custom::fuses::<B>(&q.device()) {
+        let op = Arc::new(AttentionOp {
+            scale: scale as f32,
+            mask: None,
+            causal: true,
+        });
+        if let Ok(out) =
+            custom::apply::<B>(op, vec![prim(q.clone()), prim(k.clone()), prim(v.clone())])
+        {
+            return wrap(out);
+        }
+    }
+    let device = q.device();
+    let queries =
+        Tensor::<B, 1, Int>::arange((sk - sq) as i64..sk as i64, &device).reshape([sq, 1]);
+    let keys = Tensor::<B, 1, Int>::arange(0..sk as i64, &device).reshape([1, sk]);
+    let later = keys.greater(queries).reshape([1, 1, sq, sk]);
+    attention(q, k, v, Some(later), scale, f64::from(f32::MIN))
+}
+
+/// The additive causal mask `[sq, sk]` in `dtype`: 0 where key `j` is at or before query `i`'s
+/// position (`j <= i + sk - sq`), the dtype's lowest value after it.
+fn causal_bias(sq: i32, sk: i32, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
+    let queries = Array::arange::<_, i32>(sk - sq, sk, None)?.reshape(&[sq, 1])?;
+    let keys = Array::arange::<_, i32>(None, sk, None)?.reshape(&[1, sk])?;
+    let lowest = constant_scalar_array(Scalar::Float(f64::from(f32::MIN)), dtype);
+    let zero = constant_scalar_array(Scalar::Float(0.0), dtype);
+    ops::select(keys.gt(&queries)?, &lowest, &zero)
+}
+
 #[derive(Debug)]
 struct AttentionOp {
     scale: f32,
     /// The additive mask (0 or `min_float`), in the queries' dtype.
     mask: Option<MlxTensor>,
+    /// Causal attention with no mask array (MLX's causal mode).
+    causal: bool,
 }
 
 impl FusedOp for AttentionOp {
@@ -336,9 +398,10 @@ impl FusedOp for AttentionOp {
 
     fn key(&self) -> String {
         format!(
-            "attention scale={} mask={}",
+            "attention scale={} mask={} causal={}",
             self.scale,
-            self.mask.is_some()
+            self.mask.is_some(),
+            self.causal
         )
     }
 
@@ -347,14 +410,11 @@ impl FusedOp for AttentionOp {
     }
 
     fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
-        fast::scaled_dot_product_attention(
-            &xs[0],
-            &xs[1],
-            &xs[2],
-            self.scale,
-            side.first().map(fast::ScaledDotProductAttentionMask::Array),
-            None,
-        )
+        let mask = match self.causal {
+            true => Some(fast::ScaledDotProductAttentionMask::Causal),
+            false => side.first().map(fast::ScaledDotProductAttentionMask::Array),
+        };
+        fast::scaled_dot_product_attention(&xs[0], &xs[1], &xs[2], self.scale, mask, None)
     }
 
     /// For as many key heads as query heads: the gradients from the probabilities recomputed with
@@ -379,6 +439,9 @@ impl FusedOp for AttentionOp {
         let mut scores = q.multiply(&scale)?.matmul(&k.swap_axes(-1, -2)?)?;
         if let Some(mask) = side.first() {
             scores = scores.add(mask)?;
+        }
+        if self.causal {
+            scores = scores.add(causal_bias(shape[2], k.shape()[2], dtype)?)?;
         }
         let p = ops::softmax_axis(&scores, -1, true)?;
         let o = p.matmul(v)?;

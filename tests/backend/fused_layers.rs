@@ -160,6 +160,50 @@ fn attention_matches_composed_attention() {
     }
 }
 
+/// Causal attention (MLX's causal mode, no mask array) against burn-ndarray's composed attention
+/// under an explicit mask hiding later keys: as many queries as keys, and fewer queries (the last
+/// positions), for grouped-query ratios 1 and 4.
+#[test]
+fn causal_attention_matches_masked_attention() {
+    for (heads, kv_heads, lq, lk) in [(4, 4, 6, 6), (8, 2, 6, 6), (4, 4, 3, 7), (8, 2, 1, 5)] {
+        let (b, d) = (2, 16);
+        let (qm, qn) = pair([b, heads, lq, d], 30);
+        let (km, kn) = pair([b, kv_heads, lk, d], 31);
+        let (vm, vn) = pair([b, kv_heads, lk, d], 32);
+        let later: Vec<bool> = (0..lq)
+            .flat_map(|i| (0..lk).map(move |j| j > i + lk - lq))
+            .collect();
+        let mask = Tensor::<NdAd, 4, Bool>::from_data(TensorData::new(later, [1, 1, lq, lk]), &ND);
+        let scale = 1.0 / (d as f64).sqrt();
+        let ym = functional::causal_attention(qm.clone(), km.clone(), vm.clone(), scale);
+        let yn = functional::attention(qn.clone(), kn.clone(), vn.clone(), Some(mask), scale, -1e9);
+        let what = format!("causal attention (heads {heads}/{kv_heads}, {lq} over {lk})");
+        assert_close(&what, ym.to_data(), yn.to_data(), 1e-5);
+        let gm = weighted_sum(ym, 33).backward();
+        let gn = weighted_sum(yn, 33).backward();
+        for (name, a, c) in [("dq", &qm, &qn), ("dk", &km, &kn), ("dv", &vm, &vn)] {
+            assert_close(
+                &format!("{what} {name}"),
+                a.grad(&gm).unwrap().to_data(),
+                c.grad(&gn).unwrap().to_data(),
+                1e-4,
+            );
+        }
+        // burn-ndarray's own causal attention (the mask built inside) gives the same.
+        let yc = functional::causal_attention(qn.clone(), kn.clone(), vn.clone(), scale);
+        let yr = functional::attention(qn, kn, vn, None, scale, -1e9);
+        if lq == 1 && lk > 1 {
+            // One query at the last position sees every key: the same as no mask.
+            assert_close(
+                &format!("{what} on ndarray"),
+                yc.to_data(),
+                yr.to_data(),
+                1e-6,
+            );
+        }
+    }
+}
+
 #[test]
 fn cross_entropy_matches_burn_nn() {
     let (lm, ln) = pair([6, 11], 20);
