@@ -66,6 +66,20 @@ pub(crate) trait FusedOp: Send + Sync + Debug + 'static {
     ) -> Result<Vec<Array>, mlx_rs::error::Exception> {
         mlx_vjp(|xs| self.forward(xs, side), inputs, cotangent)
     }
+
+    /// Arrays that [`forward`](Self::forward) computed and kept for the backward pass (a
+    /// reduction that would otherwise be recomputed from a large input), passed to
+    /// [`vjp`](Self::vjp) after the side inputs. Empty by default.
+    fn saved(&self) -> Vec<Array> {
+        Vec::new()
+    }
+
+    /// Whether [`forward`](Self::forward) runs compiled by MLX (once per key and input
+    /// signature), so that its elementwise runs become fused kernels: for a forward of several
+    /// primitives; one that is a single fast kernel gains nothing.
+    fn compile_forward(&self) -> bool {
+        false
+    }
 }
 
 /// MLX's vector-Jacobian product of `f` at `primals` for `cotangent`.
@@ -87,6 +101,43 @@ pub(crate) fn mlx_vjp(
 /// primal out.
 type BackwardFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, mlx_rs::error::Exception>>;
 
+/// A compiled forward function: differentiable inputs and side inputs in, the output out.
+type ForwardFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, mlx_rs::error::Exception>>;
+
+thread_local! {
+    /// The compiled forward function of each op key whose op asks for one
+    /// ([`FusedOp::compile_forward`]).
+    static FORWARD: RefCell<HashMap<String, ForwardFn>> = RefCell::new(HashMap::new());
+}
+
+/// [`FusedOp::forward`] compiled by MLX once per op key and input signature.
+fn forward_compiled(
+    op: &Arc<dyn FusedOp>,
+    inputs: &[Array],
+    side: &[Array],
+) -> Result<Array, mlx_rs::error::Exception> {
+    let mut all: Vec<Array> = inputs.to_vec();
+    all.extend(side.iter().cloned());
+    FORWARD.with(|cell| {
+        let mut map = cell.borrow_mut();
+        let key = format!(
+            "{} ({} inputs, {} side)",
+            op.key(),
+            inputs.len(),
+            side.len()
+        );
+        let f = map.entry(key).or_insert_with(|| {
+            let (n, op) = (inputs.len(), op.clone());
+            let forward = move |all: &[Array]| {
+                let (inputs, side) = all.split_at(n);
+                op.forward(inputs, side).map(|y| vec![y])
+            };
+            Box::new(mlx_rs::transforms::compile::compile(forward, false))
+        });
+        f(&all).map(|mut out| out.remove(0))
+    })
+}
+
 thread_local! {
     /// The compiled backward function of each op key (MLX keeps one trace per input
     /// signature). Burn runs a backward pass on the thread that calls `backward`.
@@ -101,13 +152,21 @@ fn vjp_compiled(
     primals: &[Array],
     cotangent: &Array,
 ) -> Result<Vec<Array>, mlx_rs::error::Exception> {
-    let side = op.side_inputs();
+    let mut side = op.side_inputs();
+    side.extend(op.saved());
     let mut all: Vec<Array> = primals.to_vec();
     all.extend(side.iter().cloned());
     all.push(cotangent.clone());
     BACKWARD.with(|cell| {
         let mut map = cell.borrow_mut();
-        let f = map.entry(op.key()).or_insert_with(|| {
+        // The split of the inputs is part of the key: an op's saved arrays may be absent.
+        let key = format!(
+            "{} ({} inputs, {} side)",
+            op.key(),
+            primals.len(),
+            side.len()
+        );
+        let f = map.entry(key).or_insert_with(|| {
             let (n, m, op) = (primals.len(), side.len(), op.clone());
             let backward = move |all: &[Array]| {
                 let (primals, rest) = all.split_at(n);
@@ -170,7 +229,7 @@ fn apply_on<B: Backend>(
         if tensors.iter().any(|t| t.quant.is_some()) {
             return Err(tensors.into_iter().map(cast).collect());
         }
-        return Ok(cast(forward_mlx(&*op, &tensors)));
+        return Ok(cast(forward_mlx(&op, &tensors)));
     }
     if id == TypeId::of::<Autodiff<Mlx, NoCheckpointing>>() {
         return Ok(apply_autodiff::<NoCheckpointing, B>(op, inputs));
@@ -219,13 +278,16 @@ fn cast<T: 'static, U: 'static>(value: T) -> U {
 }
 
 /// The op's output on MLX tensors (all on the first input's device).
-fn forward_mlx(op: &dyn FusedOp, inputs: &[MlxTensor]) -> MlxTensor {
+fn forward_mlx(op: &Arc<dyn FusedOp>, inputs: &[MlxTensor]) -> MlxTensor {
     let device = inputs[0].device();
     let arrays: Vec<Array> = inputs.iter().map(|t| t.array().clone()).collect();
     let refs: Vec<&Array> = arrays.iter().collect();
     let side = op.side_inputs();
     let out = device
-        .scope(|| op.forward(&arrays, &side))
+        .scope(|| match op.compile_forward() {
+            true => forward_compiled(op, &arrays, &side),
+            false => op.forward(&arrays, &side),
+        })
         .or_panic(op.name(), &refs);
     MlxTensor::from_array(out, device)
 }
@@ -290,7 +352,7 @@ fn node<C: CheckpointStrategy, const N: usize>(
 ) -> FloatTensor<Autodiff<Mlx, C>> {
     let nodes: [_; N] = std::array::from_fn(|i| inputs[i].node.clone());
     let primitives: Vec<MlxTensor> = inputs.into_iter().map(|t| t.primitive).collect();
-    let output = forward_mlx(&*op, &primitives);
+    let output = forward_mlx(&op, &primitives);
     match Backward::<Mlx, N>::prepare::<C>(VjpBackward, nodes)
         .compute_bound()
         .stateful()

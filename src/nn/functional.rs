@@ -499,6 +499,7 @@ fn fused_cross_entropy<B: Backend>(
     let fused = Arc::new(CrossEntropyOp {
         targets: ids,
         in_f32,
+        lse: std::sync::Mutex::new(None),
     });
     custom::apply::<B>(fused, vec![prim(logits.clone())])
         .ok()
@@ -531,7 +532,14 @@ struct CrossEntropyOp {
     targets: MlxTensor,
     /// Convert the logits to f32 first.
     in_f32: bool,
+    /// Each row's log-sum-exp `[n, 1]`, kept by the forward pass for the backward pass.
+    lse: std::sync::Mutex<Option<Array>>,
 }
+
+// SAFETY: MLX arrays are reference-counted handles to immutable data; the saved log-sum-exp is
+// only read and replaced under its mutex.
+unsafe impl Send for CrossEntropyOp {}
+unsafe impl Sync for CrossEntropyOp {}
 
 impl FusedOp for CrossEntropyOp {
     fn name(&self) -> &'static str {
@@ -558,15 +566,28 @@ impl FusedOp for CrossEntropyOp {
         let n = ids.shape()[0];
         let picked = logits.take_along_axis(&ids.reshape(&[n, 1])?, 1)?;
         let lse = logits.logsumexp_axis(1, true)?;
+        if let Ok(mut saved) = self.lse.lock() {
+            *saved = Some(lse.clone());
+        }
         lse.subtract(&picked)?.mean(false)?.reshape(&[1])
+    }
+
+    fn saved(&self) -> Vec<Array> {
+        self.lse
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .into_iter()
+            .collect()
     }
 
     /// `(softmax(logits) - onehot(targets)) · g / n`, written out rather than left to MLX's
     /// product of [`forward`](Self::forward): that one scatters the picked logits' gradient into
     /// a zero f32 array and adds the log-sum-exp's, holding several f32 copies of the logits at
     /// once (each 1.2 GB for 2,048 positions of a 151,936-token vocabulary). Here the one-hot is
-    /// a comparison with the class index, so after MLX's compile the gradient is one elementwise
-    /// kernel over the logits and their log-sum-exp.
+    /// a comparison with the class index and the log-sum-exp is the forward pass's (`side[1]`,
+    /// recomputed when absent), so after MLX's compile the gradient is one elementwise kernel
+    /// that reads the half-precision logits and writes their gradient, with no f32 copy.
     fn vjp(&self, xs: &[Array], side: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
         let logits = &xs[0];
         let x = if self.in_f32 {
@@ -576,7 +597,10 @@ impl FusedOp for CrossEntropyOp {
         };
         let [n, classes] = [x.shape()[0], x.shape()[1]];
         let ids = side[0].as_dtype(mlx_rs::Dtype::Int32)?.reshape(&[n, 1])?;
-        let lse = x.logsumexp_axis(1, true)?;
+        let lse = match side.get(1) {
+            Some(lse) => lse.clone(),
+            None => x.logsumexp_axis(1, true)?,
+        };
         let p = x.subtract(&lse)?.exp()?;
         let class = Array::arange::<_, i32>(None, classes, None)?.reshape(&[1, classes])?;
         let onehot = class.eq(&ids)?.as_dtype(x.dtype())?;
@@ -676,6 +700,11 @@ impl FusedOp for LoraLinearOp {
 
     fn side_inputs(&self) -> Vec<Array> {
         self.side.clone()
+    }
+
+    /// The scaling, the casts and the sum after the three products become one kernel.
+    fn compile_forward(&self) -> bool {
+        true
     }
 
     fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
