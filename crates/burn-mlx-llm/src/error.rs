@@ -110,10 +110,10 @@ pub enum LlmError {
         /// What is wrong, naming the tensor or key.
         message: String,
     },
-    /// Quantizing the weights, or a product with quantized weights, failed (the message names
-    /// the op and the shapes).
-    #[error("quantized weights: {0}")]
-    Quantized(#[from] burn_mlx::MlxError),
+    /// An MLX operation failed: quantizing the weights, a product with quantized weights, or
+    /// starting a training step on the device (the message names the op and the shapes).
+    #[error("MLX: {0}")]
+    Mlx(#[from] burn_mlx::MlxError),
 }
 
 /// Shorthand for results of this example.

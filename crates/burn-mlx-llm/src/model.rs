@@ -590,15 +590,16 @@ impl<B: Backend> Attention<B> {
     }
 
     /// Attends `x` (`[batch·seq, hidden]`, `batch` sequences of `seq` positions from 0, no
-    /// cache) with `mask` (`[1, 1, seq, seq]`, true where a query must not see a key): the
-    /// training pass. Norms and attention go through [`burn_mlx::nn::functional`], whose ops on
-    /// `Autodiff<Mlx>` are one MLX kernel forward and one compiled backward each.
+    /// cache) with `mask` (`[1, 1, seq, seq]`, true where a query must not see a key), or
+    /// causally without a mask array when `mask` is `None`: the training pass. Norms and
+    /// attention go through [`burn_mlx::nn::functional`], whose ops on `Autodiff<Mlx>` are one
+    /// MLX kernel forward and one compiled backward each.
     fn forward_batch(
         &self,
         x: Tensor<B, 2>,
         [batch, seq]: [usize; 2],
         rope: &RotaryEmbedding<B>,
-        mask: &Tensor<B, 4, Bool>,
+        mask: Option<&Tensor<B, 4, Bool>>,
     ) -> Result<Tensor<B, 2>> {
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let heads_first =
@@ -611,7 +612,10 @@ impl<B: Backend> Attention<B> {
         };
         let (q, k) = (rope.apply(q, 0), rope.apply(k, 0));
         let scale = 1.0 / (d as f64).sqrt();
-        let out = functional::attention(q, k, v, Some(mask.clone()), scale, MASKED_SCORE);
+        let out = match mask {
+            Some(mask) => functional::attention(q, k, v, Some(mask.clone()), scale, MASKED_SCORE),
+            None => functional::causal_attention(q, k, v, scale),
+        };
         self.o_proj
             .forward(out.swap_dims(1, 2).reshape([batch * seq, hq * d]))
     }
@@ -830,17 +834,17 @@ impl<B: Backend> DecoderLayer<B> {
     }
 
     /// [`forward`](Self::forward) for `batch` sequences of `seq` positions from 0 without a
-    /// cache (training); `masks` are the full-attention and the sliding layers' masks.
+    /// cache (training): causal attention, or the `sliding` mask where the layer has a window.
     fn forward_batch(
         &self,
         x: Tensor<B, 2>,
         shape: [usize; 2],
         rope: &RotaryEmbedding<B>,
-        masks: &(Tensor<B, 4, Bool>, Option<Tensor<B, 4, Bool>>),
+        sliding: Option<&Tensor<B, 4, Bool>>,
     ) -> Result<Tensor<B, 2>> {
-        let mask = match (self.window, &masks.1) {
-            (Some(_), Some(sliding)) => sliding,
-            _ => &masks.0,
+        let mask = match self.window {
+            Some(_) => sliding,
+            None => None,
         };
         let attended = self.self_attn.forward_batch(
             self.input_layernorm.forward_train(x.clone()),
@@ -1301,27 +1305,25 @@ impl<B: Backend> Llm<B> {
         if self.config.architecture == Architecture::Gemma3 {
             x = x * (h as f32).sqrt();
         }
-        let queries = Tensor::<B, 1, Int>::arange(0..seq as i64, &self.device)
-            .reshape([seq, 1])
-            .expand([seq, seq]);
-        let keys = Tensor::<B, 1, Int>::arange(0..seq as i64, &self.device)
-            .reshape([1, seq])
-            .expand([seq, seq]);
-        let later = keys.clone().greater(queries.clone());
+        // Full-attention layers attend causally with no mask array (right padding needs none:
+        // a real position never sees a later one); sliding layers also hide keys a window back.
         let sliding = self.config.sliding.as_ref().map(|s| {
-            let too_old = queries
-                .clone()
-                .sub(keys.clone())
-                .greater_equal_elem(s.window as i64);
-            later.clone().bool_or(too_old).reshape([1, 1, seq, seq])
+            let queries = Tensor::<B, 1, Int>::arange(0..seq as i64, &self.device)
+                .reshape([seq, 1])
+                .expand([seq, seq]);
+            let keys = Tensor::<B, 1, Int>::arange(0..seq as i64, &self.device)
+                .reshape([1, seq])
+                .expand([seq, seq]);
+            let later = keys.clone().greater(queries.clone());
+            let too_old = queries.sub(keys).greater_equal_elem(s.window as i64);
+            later.bool_or(too_old).reshape([1, 1, seq, seq])
         });
-        let masks = (later.reshape([1, 1, seq, seq]), sliding);
         for layer in &self.layers {
             let rope = match (&self.rope_local, layer.window) {
                 (Some(local), Some(_)) => local,
                 _ => &self.rope,
             };
-            x = layer.forward_batch(x, [batch, seq], rope, &masks)?;
+            x = layer.forward_batch(x, [batch, seq], rope, sliding.as_ref())?;
         }
         Ok(self.norm.forward_train(x))
     }
