@@ -466,7 +466,7 @@ impl FusedOp for AttentionOp {
 ///
 /// When `targets` is not as long as `logits`' batch.
 pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-    if let Some(loss) = fused_cross_entropy("cross_entropy", &logits, &targets, false) {
+    if let Some(loss) = fused_cross_entropy("cross_entropy", &logits, &targets, false, false) {
         return loss;
     }
     let [n, _] = logits.dims();
@@ -477,12 +477,14 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
 }
 
 /// Checks the shapes of a cross-entropy (`op` names it in the panic message) and computes it
-/// as one [`CrossEntropyOp`] where fused ops run; `None` elsewhere.
+/// as one [`CrossEntropyOp`] where fused ops run, or on every MLX device when `anywhere`;
+/// `None` elsewhere.
 fn fused_cross_entropy<B: Backend>(
     op: &str,
     logits: &Tensor<B, 2>,
     targets: &Tensor<B, 1, Int>,
     in_f32: bool,
+    anywhere: bool,
 ) -> Option<Tensor<B, 1>> {
     let [n, _] = logits.dims();
     let [t] = targets.dims();
@@ -492,7 +494,11 @@ fn fused_cross_entropy<B: Backend>(
         "{op}: {t} targets for logits of shape {:?} (one class index per row)",
         logits.dims()
     );
-    if !custom::fuses::<B>(&logits.device()) {
+    let runs = match anywhere {
+        true => custom::is_mlx::<B>(),
+        false => custom::fuses::<B>(&logits.device()),
+    };
+    if !runs {
         return None;
     }
     let ids = side_input(targets.clone()).expect("B is built on MLX");
@@ -501,15 +507,18 @@ fn fused_cross_entropy<B: Backend>(
         in_f32,
         lse: std::sync::Mutex::new(None),
     });
-    custom::apply::<B>(fused, vec![prim(logits.clone())])
-        .ok()
-        .map(wrap)
+    let out = match anywhere {
+        true => custom::apply_anywhere::<B>(fused, vec![prim(logits.clone())]),
+        false => custom::apply::<B>(fused, vec![prim(logits.clone())]),
+    };
+    out.ok().map(wrap)
 }
 
 /// [`cross_entropy`] computed in f32 whatever the logits' dtype, with an f32 result: the
-/// language-model loss over half-precision logits. On MLX the logits are converted inside the
-/// op, forward and backward, so no f32 copy of them is kept between the two passes (for a
-/// 151,936-token vocabulary and 2,048 positions, 1.2 GB); the gradient has the logits' dtype.
+/// language-model loss over a large vocabulary. On MLX (every device, the CPU included) it is
+/// one op: the logits are converted inside it, forward and backward, so no f32 copy of them is
+/// kept between the two passes (for a 151,936-token vocabulary and 2,048 positions, 1.2 GB), the
+/// backward reuses the forward's log-sum-exp, and the gradient has the logits' dtype.
 ///
 /// # Panics
 ///
@@ -518,12 +527,11 @@ pub fn cross_entropy_f32<B: Backend>(
     logits: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
-    if logits.dtype() == DType::F32 {
-        return cross_entropy(logits, targets);
-    }
-    match fused_cross_entropy("cross_entropy_f32", &logits, &targets, true) {
+    let in_f32 = logits.dtype() != DType::F32;
+    match fused_cross_entropy("cross_entropy_f32", &logits, &targets, in_f32, true) {
         Some(loss) => loss,
-        None => cross_entropy(logits.cast(DType::F32), targets),
+        None if in_f32 => cross_entropy(logits.cast(DType::F32), targets),
+        None => cross_entropy(logits, targets),
     }
 }
 
@@ -602,10 +610,11 @@ impl FusedOp for CrossEntropyOp {
             None => x.logsumexp_axis(1, true)?,
         };
         let p = x.subtract(&lse)?.exp()?;
+        let scale = g.reshape(&[1, 1])?.divide(Array::from_f32(n as f32))?;
+        let scale = scale.as_dtype(x.dtype())?;
         let class = Array::arange::<_, i32>(None, classes, None)?.reshape(&[1, classes])?;
         let onehot = class.eq(&ids)?.as_dtype(x.dtype())?;
-        let scale = g.reshape(&[1, 1])?.divide(Array::from_f32(n as f32))?;
-        let grad = p.subtract(&onehot)?.multiply(scale.as_dtype(x.dtype())?)?;
+        let grad = p.subtract(&onehot)?.multiply(&scale)?;
         Ok(vec![grad.as_dtype(logits.dtype())?])
     }
 }
