@@ -97,17 +97,29 @@ pub(crate) fn mlx_vjp(
     .map(|(_, grads)| grads)
 }
 
-/// A compiled backward function: primals, side inputs and the cotangent in, one gradient per
-/// primal out.
-type BackwardFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, mlx_rs::error::Exception>>;
-
-/// A compiled forward function: differentiable inputs and side inputs in, the output out.
-type ForwardFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, mlx_rs::error::Exception>>;
+/// A function compiled by MLX: arrays in, arrays out.
+type CompiledFn = Box<dyn FnMut(&[Array]) -> Result<Vec<Array>, mlx_rs::error::Exception>>;
 
 thread_local! {
-    /// The compiled forward function of each op key whose op asks for one
-    /// ([`FusedOp::compile_forward`]).
-    static FORWARD: RefCell<HashMap<String, ForwardFn>> = RefCell::new(HashMap::new());
+    /// The compiled forward and backward functions, by pass, op key and how the inputs split
+    /// (MLX keeps one trace per input signature in each). Burn runs a backward pass on the
+    /// thread that calls `backward`.
+    static COMPILED: RefCell<HashMap<String, CompiledFn>> = RefCell::new(HashMap::new());
+}
+
+/// Calls the compiled function of `key` on `all`, compiling `f` for it on first use.
+fn call_compiled(
+    key: String,
+    all: &[Array],
+    f: impl FnMut(&[Array]) -> Result<Vec<Array>, mlx_rs::error::Exception> + 'static,
+) -> Result<Vec<Array>, mlx_rs::error::Exception> {
+    COMPILED.with(|cell| {
+        let mut map = cell.borrow_mut();
+        let compiled = map
+            .entry(key)
+            .or_insert_with(|| Box::new(mlx_rs::transforms::compile::compile(f, false)));
+        compiled(all)
+    })
 }
 
 /// [`FusedOp::forward`] compiled by MLX once per op key and input signature.
@@ -118,30 +130,14 @@ fn forward_compiled(
 ) -> Result<Array, mlx_rs::error::Exception> {
     let mut all: Vec<Array> = inputs.to_vec();
     all.extend(side.iter().cloned());
-    FORWARD.with(|cell| {
-        let mut map = cell.borrow_mut();
-        let key = format!(
-            "{} ({} inputs, {} side)",
-            op.key(),
-            inputs.len(),
-            side.len()
-        );
-        let f = map.entry(key).or_insert_with(|| {
-            let (n, op) = (inputs.len(), op.clone());
-            let forward = move |all: &[Array]| {
-                let (inputs, side) = all.split_at(n);
-                op.forward(inputs, side).map(|y| vec![y])
-            };
-            Box::new(mlx_rs::transforms::compile::compile(forward, false))
-        });
-        f(&all).map(|mut out| out.remove(0))
-    })
-}
-
-thread_local! {
-    /// The compiled backward function of each op key (MLX keeps one trace per input
-    /// signature). Burn runs a backward pass on the thread that calls `backward`.
-    static BACKWARD: RefCell<HashMap<String, BackwardFn>> = RefCell::new(HashMap::new());
+    let n = inputs.len();
+    let key = format!("forward {} ({n} inputs, {} side)", op.key(), side.len());
+    let op = op.clone();
+    let forward = move |all: &[Array]| {
+        let (inputs, side) = all.split_at(n);
+        op.forward(inputs, side).map(|y| vec![y])
+    };
+    call_compiled(key, &all, forward).map(|mut out| out.remove(0))
 }
 
 /// The gradients of `op`'s differentiable inputs `primals` for the output's `cotangent`:
@@ -157,26 +153,16 @@ fn vjp_compiled(
     let mut all: Vec<Array> = primals.to_vec();
     all.extend(side.iter().cloned());
     all.push(cotangent.clone());
-    BACKWARD.with(|cell| {
-        let mut map = cell.borrow_mut();
-        // The split of the inputs is part of the key: an op's saved arrays may be absent.
-        let key = format!(
-            "{} ({} inputs, {} side)",
-            op.key(),
-            primals.len(),
-            side.len()
-        );
-        let f = map.entry(key).or_insert_with(|| {
-            let (n, m, op) = (primals.len(), side.len(), op.clone());
-            let backward = move |all: &[Array]| {
-                let (primals, rest) = all.split_at(n);
-                let (side, cotangent) = rest.split_at(m);
-                op.vjp(primals, side, &cotangent[0])
-            };
-            Box::new(mlx_rs::transforms::compile::compile(backward, false))
-        });
-        f(&all)
-    })
+    // The split of the inputs is part of the key: an op's saved arrays may be absent.
+    let (n, m) = (primals.len(), side.len());
+    let key = format!("backward {} ({n} inputs, {m} side)", op.key());
+    let op = op.clone();
+    let backward = move |all: &[Array]| {
+        let (primals, rest) = all.split_at(n);
+        let (side, cotangent) = rest.split_at(m);
+        op.vjp(primals, side, &cotangent[0])
+    };
+    call_compiled(key, &all, backward)
 }
 
 /// Whether fused ops run on the CPU too (see [`crate::nn::fuse_on_cpu`]).

@@ -293,15 +293,13 @@ pub fn attention<B: Backend>(
                 .or_panic("attention (mask)", &[m.array()]);
             MlxTensor::from_array(additive, device)
         });
-        let op = Arc::new(AttentionOp {
+        let op = AttentionOp {
             scale: scale as f32,
             mask: additive,
             causal: false,
-        });
-        if let Ok(out) =
-            custom::apply::<B>(op, vec![prim(q.clone()), prim(k.clone()), prim(v.clone())])
-        {
-            return wrap(out);
+        };
+        if let Some(out) = op.apply(&q, &k, &v) {
+            return out;
         }
     }
     let groups = h / hk;
@@ -353,15 +351,13 @@ pub fn causal_attention<B: Backend>(
         k.dims()
     );
     if custom::fuses::<B>(&q.device()) {
-        let op = Arc::new(AttentionOp {
+        let op = AttentionOp {
             scale: scale as f32,
             mask: None,
             causal: true,
-        });
-        if let Ok(out) =
-            custom::apply::<B>(op, vec![prim(q.clone()), prim(k.clone()), prim(v.clone())])
-        {
-            return wrap(out);
+        };
+        if let Some(out) = op.apply(&q, &k, &v) {
+            return out;
         }
     }
     let device = q.device();
@@ -389,6 +385,19 @@ struct AttentionOp {
     mask: Option<MlxTensor>,
     /// Causal attention with no mask array (MLX's causal mode).
     causal: bool,
+}
+
+impl AttentionOp {
+    /// The op on `q`, `k`, `v` where fused ops run (`None` elsewhere).
+    fn apply<B: Backend>(
+        self,
+        q: &Tensor<B, 4>,
+        k: &Tensor<B, 4>,
+        v: &Tensor<B, 4>,
+    ) -> Option<Tensor<B, 4>> {
+        let inputs = vec![prim(q.clone()), prim(k.clone()), prim(v.clone())];
+        custom::apply::<B>(Arc::new(self), inputs).ok().map(wrap)
+    }
 }
 
 impl FusedOp for AttentionOp {

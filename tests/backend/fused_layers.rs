@@ -119,6 +119,24 @@ fn layer_norm_and_rms_norm_match_burn_nn() {
     }
 }
 
+/// The gradients of q, k and v on MLX (`gm`) and burn-ndarray (`gn`) agree within 1e-4.
+fn assert_qkv_grads_close(
+    what: &str,
+    mlx: [&Tensor<MlxAd, 4>; 3],
+    gm: &<MlxAd as AutodiffBackend>::Gradients,
+    nd: [&Tensor<NdAd, 4>; 3],
+    gn: &<NdAd as AutodiffBackend>::Gradients,
+) {
+    for (name, (a, c)) in ["dq", "dk", "dv"].into_iter().zip(mlx.into_iter().zip(nd)) {
+        assert_close(
+            &format!("{what} {name}"),
+            a.grad(gm).unwrap().to_data(),
+            c.grad(gn).unwrap().to_data(),
+            1e-4,
+        );
+    }
+}
+
 #[test]
 fn attention_matches_composed_attention() {
     // Grouped-query ratios 1, 2 and 4, with and without a mask, head dims 8 and 16 (ratio 1 is
@@ -149,14 +167,7 @@ fn attention_matches_composed_attention() {
         assert_close(&what, ym.to_data(), yn.to_data(), 1e-5);
         let gm = weighted_sum(ym, 14).backward();
         let gn = weighted_sum(yn, 14).backward();
-        for (name, a, c) in [("dq", &qm, &qn), ("dk", &km, &kn), ("dv", &vm, &vn)] {
-            assert_close(
-                &format!("{what} {name}"),
-                a.grad(&gm).unwrap().to_data(),
-                c.grad(&gn).unwrap().to_data(),
-                1e-4,
-            );
-        }
+        assert_qkv_grads_close(&what, [&qm, &km, &vm], &gm, [&qn, &kn, &vn], &gn);
     }
 }
 
@@ -181,14 +192,7 @@ fn causal_attention_matches_masked_attention() {
         assert_close(&what, ym.to_data(), yn.to_data(), 1e-5);
         let gm = weighted_sum(ym, 33).backward();
         let gn = weighted_sum(yn, 33).backward();
-        for (name, a, c) in [("dq", &qm, &qn), ("dk", &km, &kn), ("dv", &vm, &vn)] {
-            assert_close(
-                &format!("{what} {name}"),
-                a.grad(&gm).unwrap().to_data(),
-                c.grad(&gn).unwrap().to_data(),
-                1e-4,
-            );
-        }
+        assert_qkv_grads_close(&what, [&qm, &km, &vm], &gm, [&qn, &kn, &vn], &gn);
         // burn-ndarray's own causal attention (the mask built inside) gives the same.
         let yc = functional::causal_attention(qn.clone(), kn.clone(), vn.clone(), scale);
         let yr = functional::attention(qn, kn, vn, None, scale, -1e9);
