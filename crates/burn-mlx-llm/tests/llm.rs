@@ -1570,6 +1570,14 @@ fn gemma3_gguf_loads_and_runs_alike_on_mlx_and_ndarray() {
         .unwrap_err()
         .to_string();
     assert_mentions(&err, &["cut.gguf"]);
+    for name in [
+        "gemma3-tiny",
+        "gemma3-llama",
+        "gemma3-missing",
+        "gemma3-truncated",
+    ] {
+        let _ = std::fs::remove_dir_all(scratch(name));
+    }
 }
 
 /// A tiny Gemma 3 `config.json` as transformers 5 writes it: 4 layers (the third global, the
@@ -1791,4 +1799,5 @@ fn gemma3_hf_folder_loads_like_gguf() {
     let diff = max_diff("gemma3 hf vs gguf", &got, &want);
     assert!(diff <= 1e-5, "gemma3: HF folder and GGUF differ by {diff}");
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
 }

@@ -316,11 +316,35 @@ fn llama_adam_tracks_peft() {
     adam_tracks_peft("llama");
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch folder under the system's temporary folder, emptied first and removed when the
+/// test ends (passed or not).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("burn-mlx-lora-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    Scratch(dir)
 }
 
 #[test]
@@ -330,7 +354,7 @@ fn adapter_files_round_trip_in_both_layouts() {
     let lora = fixture_adapters::<Mlx>("qwen3", "initial", &config);
     let dir = scratch("roundtrip");
     files::save(&lora, &dir, &SaveInfo::default()).expect("save");
-    for path in [dir.clone(), dir.join(files::PEFT_DIR)] {
+    for path in [dir.to_path_buf(), dir.join(files::PEFT_DIR)] {
         let back = files::load::<Mlx>(&path, &config, &device, DType::F32).expect("load");
         assert_eq!(back.config, lora.config, "{}", path.display());
         assert_eq!(back.targets, lora.targets);
