@@ -270,10 +270,13 @@ fn forward_mlx(op: &Arc<dyn FusedOp>, inputs: &[MlxTensor]) -> MlxTensor {
     let refs: Vec<&Array> = arrays.iter().collect();
     let side = op.side_inputs();
     let out = device
-        .scope(|| match op.compile_forward() {
-            true => forward_compiled(op, &arrays, &side),
-            false => op.forward(&arrays, &side),
-        })
+        // Inside a trace of burn-mlx's own compile the forward is traced into it instead.
+        .scope(
+            || match op.compile_forward() && !crate::trace::is_tracing() {
+                true => forward_compiled(op, &arrays, &side),
+                false => op.forward(&arrays, &side),
+            },
+        )
         .or_panic(op.name(), &refs);
     MlxTensor::from_array(out, device)
 }

@@ -244,6 +244,71 @@ impl FusedOp for GeluOp {
     }
 }
 
+/// SwiGLU, `silu(gate) · up = gate · sigmoid(gate) · up`, elementwise over tensors of one shape:
+/// the gated activation of Llama-family MLPs.
+///
+/// On `Autodiff<Mlx>` (where fused ops run) this is one autodiff node: one compiled kernel
+/// forward, and one backward, `dgate = g · up · s · (1 + gate · (1 - s))` and `dup = g · gate · s`
+/// with `s = sigmoid(gate)`, keeping only `gate` and `up` for it, where Burn's ops record three
+/// nodes and keep four `[rows, intermediate]` tensors. Elsewhere (`Mlx` itself included) it is
+/// [`crate::fast::swiglu`].
+///
+/// # Panics
+///
+/// When `gate` and `up` differ in shape.
+pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
+    assert_eq!(
+        gate.dims(),
+        up.dims(),
+        "swiglu: gate is {:?}, up is {:?}; they must have one shape",
+        gate.dims(),
+        up.dims()
+    );
+    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<crate::Mlx>() {
+        // No autodiff: MLX's compiled kernel as it is, shape-agnostic.
+        return crate::fast::swiglu(gate, up);
+    }
+    match custom::apply::<B>(Arc::new(SwigluOp), vec![prim(gate), prim(up)]) {
+        Ok(out) => wrap(out),
+        Err(mut inputs) => {
+            let up = wrap(inputs.pop().expect("up"));
+            crate::fast::swiglu(wrap(inputs.pop().expect("gate")), up)
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SwigluOp;
+
+impl FusedOp for SwigluOp {
+    fn name(&self) -> &'static str {
+        "swiglu"
+    }
+
+    fn key(&self) -> String {
+        "swiglu".to_string()
+    }
+
+    fn forward(&self, xs: &[Array], _: &[Array]) -> Result<Array, Exception> {
+        let (gate, up) = (&xs[0], &xs[1]);
+        gate.multiply(ops::sigmoid(gate)?)?.multiply(up)
+    }
+
+    fn vjp(&self, xs: &[Array], _: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
+        let (gate, up) = (&xs[0], &xs[1]);
+        let s = ops::sigmoid(gate)?;
+        let one = constant_scalar_array(Scalar::Float(1.0), gate.dtype());
+        let dsilu = s.multiply(one.add(gate.multiply(one.subtract(&s)?)?)?)?;
+        let dgate = g.multiply(up)?.multiply(&dsilu)?;
+        let dup = g.multiply(gate.multiply(&s)?)?;
+        Ok(vec![dgate, dup])
+    }
+
+    fn compile_forward(&self) -> bool {
+        true
+    }
+}
+
 /// Scaled dot-product attention, `softmax(q kᵀ · scale, masked) v`, over `[batch, heads, seq,
 /// head_dim]` tensors; `k` and `v` may have fewer heads than `q` (grouped-query attention) when
 /// their head count divides `q`'s.

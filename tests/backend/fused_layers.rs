@@ -208,6 +208,27 @@ fn causal_attention_matches_masked_attention() {
     }
 }
 
+/// SwiGLU as one fused node against Burn's `silu(gate) · up` on burn-ndarray: the output and
+/// both input gradients.
+#[test]
+fn swiglu_matches_burn_silu_times_up() {
+    let (gm_in, gn_in) = pair([5, 12], 40);
+    let (um, un) = pair([5, 12], 41);
+    let ym = functional::swiglu(gm_in.clone(), um.clone());
+    let yn = burn::tensor::activation::silu(gn_in.clone()) * un.clone();
+    assert_close("swiglu", ym.to_data(), yn.to_data(), 1e-6);
+    let gm = weighted_sum(ym, 42).backward();
+    let gn = weighted_sum(yn, 42).backward();
+    for (name, a, c) in [("dgate", &gm_in, &gn_in), ("dup", &um, &un)] {
+        assert_close(
+            &format!("swiglu {name}"),
+            a.grad(&gm).unwrap().to_data(),
+            c.grad(&gn).unwrap().to_data(),
+            1e-5,
+        );
+    }
+}
+
 #[test]
 fn cross_entropy_matches_burn_nn() {
     let (lm, ln) = pair([6, 11], 20);

@@ -16,7 +16,7 @@ use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::{local_rotary_embedding, rotary_embedding};
 use burn_mlx::decode::{self, At, Gate, QkvLayout};
-use burn_mlx::fast::{rms_norm, swiglu, RotaryEmbedding};
+use burn_mlx::fast::{rms_norm, RotaryEmbedding};
 use burn_mlx::nn::functional;
 use burn_mlx::quant::{QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
 use burn_tensor::backend::Backend;
@@ -686,7 +686,7 @@ pub fn grouped_attention<B: Backend>(
     attention(q, repeat(k), repeat(v), None, bias, options(causal))
 }
 
-/// The gated MLP `down(act(gate(x)) · up(x))`: SwiGLU (`act` = SiLU; [`burn_mlx::fast::swiglu`],
+/// The gated MLP `down(act(gate(x)) · up(x))`: SwiGLU (`act` = SiLU; [`functional::swiglu`],
 /// one fused kernel on `Mlx`) for Llama and Qwen3, GeGLU with the tanh form of GELU for Gemma 3.
 #[derive(Debug, Clone)]
 pub struct Mlp<B: Backend> {
@@ -727,7 +727,7 @@ impl<B: Backend> Mlp<B> {
                 if self.gelu {
                     decode::gelu_tanh(gate) * up
                 } else {
-                    swiglu(gate, up)
+                    functional::swiglu(gate, up)
                 }
             }
         };
