@@ -148,13 +148,7 @@ pub fn rms_norm<B: Backend, const D: usize>(
 /// );
 /// ```
 pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
-    assert_eq!(
-        gate.dims(),
-        up.dims(),
-        "swiglu: gate is {:?}, up is {:?}; they must have one shape",
-        gate.dims(),
-        up.dims()
-    );
+    check_swiglu_shapes(&gate, &up);
     let gate = match float_on_mlx(gate) {
         Ok(gate) => {
             let up = float_on_mlx(up).unwrap_or_else(|_| unreachable!("same backend as gate"));
@@ -163,6 +157,21 @@ pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) 
         Err(gate) => gate,
     };
     burn_tensor::activation::silu(gate) * up
+}
+
+/// Panics, naming both shapes, unless `gate` and `up` have one shape (for every SwiGLU entry
+/// point).
+pub(crate) fn check_swiglu_shapes<B: Backend, const D: usize>(
+    gate: &Tensor<B, D>,
+    up: &Tensor<B, D>,
+) {
+    assert_eq!(
+        gate.dims(),
+        up.dims(),
+        "swiglu: gate is {:?}, up is {:?}; they must have one shape",
+        gate.dims(),
+        up.dims()
+    );
 }
 
 /// [`swiglu`] on MLX tensors.

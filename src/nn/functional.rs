@@ -257,13 +257,7 @@ impl FusedOp for GeluOp {
 ///
 /// When `gate` and `up` differ in shape.
 pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
-    assert_eq!(
-        gate.dims(),
-        up.dims(),
-        "swiglu: gate is {:?}, up is {:?}; they must have one shape",
-        gate.dims(),
-        up.dims()
-    );
+    crate::fast::check_swiglu_shapes(&gate, &up);
     if std::any::TypeId::of::<B>() == std::any::TypeId::of::<crate::Mlx>() {
         // No autodiff: MLX's compiled kernel as it is, shape-agnostic.
         return crate::fast::swiglu(gate, up);
