@@ -269,14 +269,15 @@ fn forward_mlx(op: &Arc<dyn FusedOp>, inputs: &[MlxTensor]) -> MlxTensor {
     let arrays: Vec<Array> = inputs.iter().map(|t| t.array().clone()).collect();
     let refs: Vec<&Array> = arrays.iter().collect();
     let side = op.side_inputs();
+    // While burn-mlx records a trace or an export, the forward goes into it as plain ops (as in
+    // `ops::activation::compiled_on_gpu`).
+    let compiled =
+        op.compile_forward() && !crate::trace::is_tracing() && !crate::trace::is_exporting();
     let out = device
-        // Inside a trace of burn-mlx's own compile the forward is traced into it instead.
-        .scope(
-            || match op.compile_forward() && !crate::trace::is_tracing() {
-                true => forward_compiled(op, &arrays, &side),
-                false => op.forward(&arrays, &side),
-            },
-        )
+        .scope(|| match compiled {
+            true => forward_compiled(op, &arrays, &side),
+            false => op.forward(&arrays, &side),
+        })
         .or_panic(op.name(), &refs);
     MlxTensor::from_array(out, device)
 }

@@ -248,7 +248,7 @@ impl FusedOp for GeluOp {
 /// the gated activation of Llama-family MLPs.
 ///
 /// On `Autodiff<Mlx>` (where fused ops run) this is one autodiff node: one compiled kernel
-/// forward, and one backward, `dgate = g · up · s · (1 + gate · (1 - s))` and `dup = g · gate · s`
+/// forward on the GPU, and one compiled backward, `dgate = g · up · s · (1 + gate · (1 - s))` and `dup = g · gate · s`
 /// with `s = sigmoid(gate)`, keeping only `gate` and `up` for it, where Burn's ops record three
 /// nodes and keep four `[rows, intermediate]` tensors. Elsewhere (`Mlx` itself included) it is
 /// [`crate::fast::swiglu`].
@@ -262,7 +262,9 @@ pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) 
         // No autodiff: MLX's compiled kernel as it is, shape-agnostic.
         return crate::fast::swiglu(gate, up);
     }
-    match custom::apply::<B>(Arc::new(SwigluOp), vec![prim(gate), prim(up)]) {
+    let any: &dyn std::any::Any = &gate.device();
+    let gpu = any.downcast_ref::<crate::MlxDevice>() == Some(&crate::MlxDevice::Gpu);
+    match custom::apply::<B>(Arc::new(SwigluOp { gpu }), vec![prim(gate), prim(up)]) {
         Ok(out) => wrap(out),
         Err(mut inputs) => {
             let up = wrap(inputs.pop().expect("up"));
@@ -272,7 +274,10 @@ pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) 
 }
 
 #[derive(Debug)]
-struct SwigluOp;
+struct SwigluOp {
+    /// Whether the inputs are on MLX's GPU (where the forward pass is compiled).
+    gpu: bool,
+}
 
 impl FusedOp for SwigluOp {
     fn name(&self) -> &'static str {
@@ -284,8 +289,8 @@ impl FusedOp for SwigluOp {
     }
 
     fn forward(&self, xs: &[Array], _: &[Array]) -> Result<Array, Exception> {
-        let (gate, up) = (&xs[0], &xs[1]);
-        gate.multiply(ops::sigmoid(gate)?)?.multiply(up)
+        use crate::ops::activation::{compiled_on_gpu, swiglu};
+        compiled_on_gpu("swiglu", xs, self.gpu, swiglu)
     }
 
     fn vjp(&self, xs: &[Array], _: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
@@ -296,10 +301,6 @@ impl FusedOp for SwigluOp {
         let dgate = g.multiply(up)?.multiply(&dsilu)?;
         let dup = g.multiply(gate.multiply(&s)?)?;
         Ok(vec![dgate, dup])
-    }
-
-    fn compile_forward(&self) -> bool {
-        true
     }
 }
 
@@ -344,11 +345,7 @@ pub fn attention<B: Backend>(
             let m = side_input(m).expect("B is built on MLX");
             let device = m.device();
             let additive = device
-                .scope(|| {
-                    let fill = constant_scalar_array(Scalar::Float(min_float), dtype);
-                    let zero = constant_scalar_array(Scalar::Float(0.0), dtype);
-                    ops::select(m.array(), &fill, &zero)
-                })
+                .scope(|| additive_mask(m.array(), min_float, dtype))
                 .or_panic("attention (mask)", &[m.array()]);
             MlxTensor::from_array(additive, device)
         });
@@ -432,9 +429,14 @@ pub fn causal_attention<B: Backend>(
 fn causal_bias(sq: i32, sk: i32, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
     let queries = Array::arange::<_, i32>(sk - sq, sk, None)?.reshape(&[sq, 1])?;
     let keys = Array::arange::<_, i32>(None, sk, None)?.reshape(&[1, sk])?;
-    let lowest = constant_scalar_array(Scalar::Float(f64::from(f32::MIN)), dtype);
+    additive_mask(&keys.gt(&queries)?, f64::from(f32::MIN), dtype)
+}
+
+/// A boolean mask (true = hidden) as an additive one in `dtype`: `fill` where hidden, else 0.
+fn additive_mask(hidden: &Array, fill: f64, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
+    let fill = constant_scalar_array(Scalar::Float(fill), dtype);
     let zero = constant_scalar_array(Scalar::Float(0.0), dtype);
-    ops::select(keys.gt(&queries)?, &lowest, &zero)
+    ops::select(hidden, &fill, &zero)
 }
 
 #[derive(Debug)]

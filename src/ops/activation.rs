@@ -93,6 +93,12 @@ pub(crate) fn gelu(xs: &[Array]) -> Result<Array, Exception> {
     x.multiply(&e.add(c(1.0))?)?.multiply(c(0.5))
 }
 
+/// SwiGLU on `[gate, up]`: `gate · sigmoid(gate) · up` (`nn::functional::swiglu`'s forward).
+pub(crate) fn swiglu(xs: &[Array]) -> Result<Array, Exception> {
+    let (gate, up) = (&xs[0], &xs[1]);
+    gate.multiply(ops::sigmoid(gate)?)?.multiply(up)
+}
+
 /// Burn's gradient for GELU (every backend's, burn-ndarray's included), which is the
 /// derivative of the tanh approximation: with u = c2 x + c1 x^3 and v = c4 x + c3 x^3,
 /// `y = 0.5 (1 + tanh u) + v (1 - tanh^2 u) = (1 + t) (0.5 + v (1 - t))`, `t = tanh u`, times
