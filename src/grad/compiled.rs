@@ -22,6 +22,9 @@ pub struct AdamSettings {
     pub beta_2: f32,
     /// Added to the second moment's root (Burn's default 1e-5).
     pub epsilon: f32,
+    /// Decoupled weight decay, as Burn's `AdamW`: each step first multiplies the parameter by
+    /// `1 - lr · weight_decay` (0, the default: Adam).
+    pub weight_decay: f32,
 }
 
 impl Default for AdamSettings {
@@ -30,11 +33,15 @@ impl Default for AdamSettings {
             beta_1: 0.9,
             beta_2: 0.999,
             epsilon: 1e-5,
+            weight_decay: 0.0,
         }
     }
 }
 
-/// Trains a model with Adam, the whole step compiled by MLX: the forward pass, MLX's backward
+/// The loss of a [`CompiledTrainer`]: the model and the batch to a one-value loss, or an error.
+type Loss<M> = dyn Fn(&M, &[MlxTensor]) -> Result<Tensor<Mlx, 1>, MlxError>;
+
+/// Trains a model with Adam (or AdamW), the whole step compiled by MLX: the forward pass, MLX's backward
 /// pass and the update are traced once per batch signature and replayed, as MLX programs do with
 /// `mx.compile` around their step. Adam's arithmetic is Burn's (`AdamConfig` without weight
 /// decay or AMSGrad: bias-corrected moments, epsilon added to the root), with its step count
@@ -90,6 +97,22 @@ impl<M: Module<Mlx> + 'static> CompiledTrainer<M> {
         model: M,
         adam: AdamSettings,
         loss: impl Fn(&M, &[MlxTensor]) -> Tensor<Mlx, 1> + 'static,
+    ) -> Result<Self, MlxError> {
+        Self::try_new(model, adam, move |m: &M, batch: &[MlxTensor]| {
+            Ok(loss(m, batch))
+        })
+    }
+
+    /// [`new`](Self::new) with a loss that can fail (a model whose forward pass checks its
+    /// inputs): an error while the step is traced is returned by [`step`](Self::step).
+    ///
+    /// # Errors
+    ///
+    /// [`MlxError::Mlx`] when `model` has no float parameter.
+    pub fn try_new(
+        model: M,
+        adam: AdamSettings,
+        loss: impl Fn(&M, &[MlxTensor]) -> Result<Tensor<Mlx, 1>, MlxError> + 'static,
     ) -> Result<Self, MlxError> {
         let mut arrays = super::params::Arrays::default();
         model.visit(&mut arrays);
@@ -158,6 +181,33 @@ impl<M: Module<Mlx> + 'static> CompiledTrainer<M> {
         Ok(from_mlx(value).unwrap_or_else(|| unreachable!("a float tensor")))
     }
 
+    /// Starts evaluating, without waiting, the parameters, Adam's state and `outputs` (the
+    /// losses the caller will read): the device runs the last step while the host prepares the
+    /// next, and the next step's graph does not hold the previous one's.
+    ///
+    /// # Errors
+    ///
+    /// When MLX fails to schedule the evaluation, or inside a traced function.
+    pub fn start(&self, outputs: &[Tensor<Mlx, 1>]) -> Result<(), MlxError> {
+        crate::trace::check_not_tracing("CompiledTrainer::start")?;
+        let mut arrays: Vec<&Array> = Vec::with_capacity(3 * self.params.len() + 1);
+        let state = self
+            .params
+            .iter()
+            .chain(&self.moment_1)
+            .chain(&self.moment_2);
+        arrays.extend(state.chain(std::iter::once(&self.time)).map(|t| &t.array));
+        let outputs: Vec<MlxTensor> = outputs
+            .iter()
+            .filter_map(|t| crate::interop::to_mlx(t.clone()).ok())
+            .collect();
+        arrays.extend(outputs.iter().map(|t| &t.array));
+        let _guard = crate::tensor::eval_lock();
+        crate::compile::auto::eval("CompiledTrainer::start", &arrays, false)?;
+        self.device.after_eval();
+        Ok(())
+    }
+
     /// The model with the parameters trained so far.
     pub fn model(&self) -> M {
         let arrays: Vec<Array> = self.params.iter().map(|t| t.array.clone()).collect();
@@ -174,7 +224,7 @@ impl<M: Module<Mlx> + 'static> CompiledTrainer<M> {
 /// the new moments and the new step count.
 fn step_graph<M: Module<Mlx>>(
     template: &M,
-    loss: &dyn Fn(&M, &[MlxTensor]) -> Tensor<Mlx, 1>,
+    loss: &Loss<M>,
     adam: AdamSettings,
     n: usize,
     inputs: &[MlxTensor],
@@ -190,7 +240,19 @@ fn step_graph<M: Module<Mlx>>(
         next: 0,
         device,
     });
-    let (value, grads, _) = loss_and_grads(&model, &|m: &M| loss(m, batch))?;
+    // The loss's error, if any, is kept here and returned once MLX's transform is done (its
+    // closure must give MLX a value: a zero that is never used).
+    let failed = std::cell::RefCell::new(None);
+    let (value, grads, _) = loss_and_grads(&model, &|m: &M| match loss(m, batch) {
+        Ok(value) => value,
+        Err(e) => {
+            failed.borrow_mut().get_or_insert(e);
+            Tensor::zeros([1], &device)
+        }
+    })?;
+    if let Some(e) = failed.into_inner() {
+        return Err(e);
+    }
     let scalar = Array::from_f32;
     let time = time.add(scalar(1.0)).map_err(fail)?;
     // 1 - beta^t, on the device: the step count is an input, not a constant of the trace.
@@ -219,7 +281,12 @@ fn step_graph<M: Module<Mlx>>(
                 .sqrt()?
                 .add(k(adam.epsilon)?)?;
             let delta = m.divide(c1.as_dtype(dtype)?)?.divide(&root)?;
-            Ok((p.subtract(delta.multiply(lr.as_dtype(dtype)?)?)?, m, v))
+            let lr = lr.as_dtype(dtype)?;
+            let p = match adam.weight_decay {
+                0.0 => p.clone(),
+                decay => p.multiply(k(1.0)?.subtract(lr.multiply(k(decay)?)?)?)?,
+            };
+            Ok((p.subtract(delta.multiply(&lr)?)?, m, v))
         };
         let (p, m, v) = update().map_err(fail)?;
         new.0.push(p);

@@ -12,6 +12,7 @@
 //!   `native::exp` and so on;
 //! - [`fusion`]: the evaluation entry that runs graphs through the automatic compile pass
 //!   ([`crate::compile::auto`]), and that pass's settings and counters;
+//! - [`custom_vjp`]: functions with a backward pass of burn-mlx's own inside MLX's transforms;
 //! - [`dot`]: MLX's DOT export of a pending graph (for [`crate::pending_primitives`]);
 //! - [`export`]: MLX function files, written and read (for [`crate::export`]);
 //! - [`distributed`]: mlx-c's distributed groups and collectives (for [`crate::distributed`]).
@@ -20,6 +21,7 @@
 //! live for the call, who owns what it returns, which buffers it may write.
 
 mod array;
+pub(crate) mod custom_vjp;
 pub(crate) mod distributed;
 pub(crate) mod dot;
 pub(crate) mod export;

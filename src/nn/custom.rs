@@ -80,6 +80,15 @@ pub(crate) trait FusedOp: Send + Sync + Debug + 'static {
     fn compile_forward(&self) -> bool {
         false
     }
+
+    /// Whether MLX's own transforms take [`vjp`](Self::vjp) as the op's backward on plain
+    /// [`Mlx`] ([`crate::grad::value_and_grad`], [`crate::grad::CompiledTrainer`]), instead of
+    /// differentiating [`forward`](Self::forward)'s primitives: for an op whose written-out
+    /// backward keeps less memory than MLX's product. The forward then runs through mlx-c's
+    /// `mlx_custom_vjp`, with the [`saved`](Self::saved) arrays as extra outputs.
+    fn vjp_in_mlx_transforms(&self) -> bool {
+        false
+    }
 }
 
 /// MLX's vector-Jacobian product of `f` at `primals` for `cotangent`.
@@ -273,13 +282,49 @@ fn forward_mlx(op: &Arc<dyn FusedOp>, inputs: &[MlxTensor]) -> MlxTensor {
     // `ops::activation::compiled_on_gpu`).
     let compiled =
         op.compile_forward() && !crate::trace::is_tracing() && !crate::trace::is_exporting();
+    // An export holds MLX's own primitives only, so there the op's backward is not attached.
+    let custom = op.vjp_in_mlx_transforms() && !crate::trace::is_exporting();
     let out = device
-        .scope(|| match compiled {
-            true => forward_compiled(op, &arrays, &side),
-            false => op.forward(&arrays, &side),
+        .scope(|| match (custom, compiled) {
+            (true, _) => forward_with_vjp(op, &arrays, &side),
+            (false, true) => forward_compiled(op, &arrays, &side),
+            (false, false) => op.forward(&arrays, &side),
         })
         .or_panic(op.name(), &refs);
     MlxTensor::from_array(out, device)
+}
+
+/// [`FusedOp::forward`] with [`FusedOp::vjp`] as its backward inside MLX's transforms. The side
+/// inputs go in as inputs (a trace may have made them, and MLX must see them as part of its
+/// graph); they get zero gradients. The saved arrays come out as extra outputs, so that the
+/// backward receives the ones this call computed.
+fn forward_with_vjp(
+    op: &Arc<dyn FusedOp>,
+    inputs: &[Array],
+    side: &[Array],
+) -> Result<Array, mlx_rs::error::Exception> {
+    let n = inputs.len();
+    let mut all: Vec<Array> = inputs.to_vec();
+    all.extend(side.iter().cloned());
+    let forward_op = op.clone();
+    let forward = move |all: &[Array]| {
+        let (inputs, side) = all.split_at(n);
+        let y = forward_op.forward(inputs, side)?;
+        Ok(std::iter::once(y).chain(forward_op.saved()).collect())
+    };
+    let backward_op = op.clone();
+    let backward = move |all: &[Array], cotangents: &[Array], outputs: &[Array]| {
+        let (inputs, side) = all.split_at(n);
+        let mut side = side.to_vec();
+        side.extend(outputs[1..].iter().cloned());
+        let mut grads = backward_op.vjp(inputs, &side, &cotangents[0])?;
+        for s in &all[n..] {
+            grads.push(mlx_rs::ops::zeros_like(s)?);
+        }
+        Ok(grads)
+    };
+    let mut out = crate::native::custom_vjp::apply(Box::new(forward), Box::new(backward), &all)?;
+    Ok(out.swap_remove(0))
 }
 
 /// The op on `Autodiff<Mlx, C>`, whose float primitive `B` is: dispatches on the number of inputs

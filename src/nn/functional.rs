@@ -536,7 +536,8 @@ impl FusedOp for AttentionOp {
 ///
 /// When `targets` is not as long as `logits`' batch.
 pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-    if let Some(loss) = fused_cross_entropy("cross_entropy", &logits, &targets, false, false) {
+    if let Some(loss) = fused_cross_entropy("cross_entropy", &logits, &targets, None, false, false)
+    {
         return loss;
     }
     let [n, _] = logits.dims();
@@ -553,6 +554,7 @@ fn fused_cross_entropy<B: Backend>(
     op: &str,
     logits: &Tensor<B, 2>,
     targets: &Tensor<B, 1, Int>,
+    weights: Option<&Tensor<B, 1>>,
     in_f32: bool,
     anywhere: bool,
 ) -> Option<Tensor<B, 1>> {
@@ -564,6 +566,15 @@ fn fused_cross_entropy<B: Backend>(
         "{op}: {t} targets for logits of shape {:?} (one class index per row)",
         logits.dims()
     );
+    if let Some(weights) = weights {
+        assert_eq!(
+            weights.dims(),
+            [n],
+            "{op}: {:?} weights for logits of shape {:?} (one weight per row)",
+            weights.dims(),
+            logits.dims()
+        );
+    }
     let runs = match anywhere {
         true => custom::is_mlx::<B>(),
         false => custom::fuses::<B>(&logits.device()),
@@ -572,8 +583,13 @@ fn fused_cross_entropy<B: Backend>(
         return None;
     }
     let ids = side_input(targets.clone()).expect("B is built on MLX");
+    let weights = match weights {
+        Some(w) => Some(custom::mlx_array::<B>(prim(w.clone().detach()))?),
+        None => None,
+    };
     let fused = Arc::new(CrossEntropyOp {
         targets: ids,
+        weights,
         in_f32,
         lse: std::sync::Mutex::new(None),
     });
@@ -598,16 +614,54 @@ pub fn cross_entropy_f32<B: Backend>(
     targets: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
     let in_f32 = logits.dtype() != DType::F32;
-    match fused_cross_entropy("cross_entropy_f32", &logits, &targets, in_f32, true) {
+    match fused_cross_entropy("cross_entropy_f32", &logits, &targets, None, in_f32, true) {
         Some(loss) => loss,
         None if in_f32 => cross_entropy(logits.cast(DType::F32), targets),
         None => cross_entropy(logits, targets),
     }
 }
 
+/// The weighted sum of the rows' cross-entropies, `Σᵢ wᵢ · (logsumexp(logitsᵢ) -
+/// logitsᵢ[targetᵢ])`, in f32 as [`cross_entropy_f32`] computes it: with `weights` `1/count` on
+/// the rows that have a target and 0 elsewhere, the mean loss over the targets, from arrays whose
+/// shapes do not depend on how many targets a batch has (a traced training step is then replayed
+/// for every batch of the same padded length). The weights are not differentiated.
+///
+/// On MLX it is the same single op as [`cross_entropy_f32`], with its written-out backward also
+/// inside MLX's own transforms ([`crate::grad::value_and_grad`], [`crate::grad::CompiledTrainer`]);
+/// elsewhere it is composed from Burn's ops.
+///
+/// # Panics
+///
+/// When `targets` or `weights` is not as long as `logits`' batch.
+pub fn cross_entropy_f32_weighted<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    weights: Tensor<B, 1>,
+) -> Tensor<B, 1> {
+    let in_f32 = logits.dtype() != DType::F32;
+    let name = "cross_entropy_f32_weighted";
+    if let Some(loss) = fused_cross_entropy(name, &logits, &targets, Some(&weights), in_f32, true) {
+        return loss;
+    }
+    let [n, _] = logits.dims();
+    let logits = if in_f32 {
+        logits.cast(DType::F32)
+    } else {
+        logits
+    };
+    let picked = log_softmax(logits, 1).gather(1, targets.reshape([n, 1]));
+    (picked.reshape([n]) * weights.detach().cast(DType::F32))
+        .sum()
+        .neg()
+}
+
 #[derive(Debug)]
 struct CrossEntropyOp {
     targets: MlxTensor,
+    /// Each row's weight `[n]`: the loss is the weighted sum of the rows' losses (without, the
+    /// mean).
+    weights: Option<MlxTensor>,
     /// Convert the logits to f32 first.
     in_f32: bool,
     /// Each row's log-sum-exp `[n, 1]`, kept by the forward pass for the backward pass.
@@ -629,7 +683,15 @@ impl FusedOp for CrossEntropyOp {
     }
 
     fn side_inputs(&self) -> Vec<Array> {
-        vec![self.targets.array().clone()]
+        let weights = self.weights.iter().map(|w| w.array().clone());
+        std::iter::once(self.targets.array().clone())
+            .chain(weights)
+            .collect()
+    }
+
+    /// The written-out backward keeps no f32 copy of the logits, inside MLX's transforms too.
+    fn vjp_in_mlx_transforms(&self) -> bool {
+        true
     }
 
     fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
@@ -647,7 +709,14 @@ impl FusedOp for CrossEntropyOp {
         if let Ok(mut saved) = self.lse.lock() {
             *saved = Some(lse.clone());
         }
-        lse.subtract(&picked)?.mean(false)?.reshape(&[1])
+        let losses = lse.subtract(&picked)?;
+        match self.weights {
+            Some(_) => {
+                let w = side[1].as_dtype(losses.dtype())?.reshape(&[n, 1])?;
+                losses.multiply(&w)?.sum(false)?.reshape(&[1])
+            }
+            None => losses.mean(false)?.reshape(&[1]),
+        }
     }
 
     fn saved(&self) -> Vec<Array> {
@@ -659,12 +728,12 @@ impl FusedOp for CrossEntropyOp {
             .collect()
     }
 
-    /// `(softmax(logits) - onehot(targets)) · g / n`, written out rather than left to MLX's
+    /// `(softmax(logits) - onehot(targets)) · g / n` (`· g · wᵢ` with weights), written out rather than left to MLX's
     /// product of [`forward`](Self::forward): that one scatters the picked logits' gradient into
     /// a zero f32 array and adds the log-sum-exp's, holding several f32 copies of the logits at
     /// once (each 1.2 GB for 2,048 positions of a 151,936-token vocabulary). Here the one-hot is
-    /// a comparison with the class index and the log-sum-exp is the forward pass's (`side[1]`,
-    /// recomputed when absent), so after MLX's compile the gradient is one elementwise kernel
+    /// a comparison with the class index and the log-sum-exp is the forward pass's (after the
+    /// targets and weights in `side`, recomputed when absent), so after MLX's compile the gradient is one elementwise kernel
     /// that reads the half-precision logits and writes their gradient, with no f32 copy.
     fn vjp(&self, xs: &[Array], side: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
         let logits = &xs[0];
@@ -675,12 +744,17 @@ impl FusedOp for CrossEntropyOp {
         };
         let [n, classes] = [x.shape()[0], x.shape()[1]];
         let ids = side[0].as_dtype(mlx_rs::Dtype::Int32)?.reshape(&[n, 1])?;
-        let lse = match side.get(1) {
+        let weighted = self.weights.is_some();
+        let lse = match side.get(1 + weighted as usize) {
             Some(lse) => lse.clone(),
             None => x.logsumexp_axis(1, true)?,
         };
         let p = x.subtract(&lse)?.exp()?;
-        let scale = g.reshape(&[1, 1])?.divide(Array::from_f32(n as f32))?;
+        let g = g.reshape(&[1, 1])?;
+        let scale = match weighted {
+            true => g.multiply(side[1].reshape(&[n, 1])?)?,
+            false => g.divide(Array::from_f32(n as f32))?,
+        };
         let scale = scale.as_dtype(x.dtype())?;
         let class = Array::arange::<_, i32>(None, classes, None)?.reshape(&[1, classes])?;
         let onehot = class.eq(&ids)?.as_dtype(x.dtype())?;

@@ -1351,6 +1351,34 @@ impl<B: Backend> Llm<B> {
         Ok(functional::cross_entropy_f32(logits, targets))
     }
 
+    /// The weighted sum of the cross-entropies of predicting `targets[p]` from the logits of
+    /// every flat position `p` (`row·seq + position`) of `tokens` (`[batch, seq]`), weighted by
+    /// `weights[p]` (see [`functional::cross_entropy_f32_weighted`]): [`loss`](Self::loss) with
+    /// weights `1/count` on the positions that predict a target and 0 elsewhere, from tensors whose
+    /// shapes depend only on the batch's padded shape. Computed in f32.
+    pub fn loss_weighted(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        targets: Tensor<B, 1, Int>,
+        weights: Tensor<B, 1>,
+    ) -> Result<Tensor<B, 1>> {
+        let [batch, seq] = tokens.dims();
+        let [n] = targets.dims();
+        if n != batch * seq || weights.dims() != [n] {
+            return Err(LlmError::Input(format!(
+                "loss_weighted: tokens {:?} need {} targets and weights (one per position), got \
+                 {n} targets and {:?} weights",
+                tokens.dims(),
+                batch * seq,
+                weights.dims()
+            )));
+        }
+        let logits = self.lm_head.matmul_t(self.hidden_batch(tokens)?)?;
+        Ok(functional::cross_entropy_f32_weighted(
+            logits, targets, weights,
+        ))
+    }
+
     /// Embeds `ids` (`[batch, seq]`), runs every layer with its cache, and projects to logits.
     /// `padding` gives each row's padded positions (empty, or all 0: none).
     fn forward_layers(

@@ -30,16 +30,19 @@ use burn_mlx::{Mlx, MlxDevice};
 use burn_mlx_llm::cli::{DTypeArg, DeviceArg, QuantizeArg};
 use burn_mlx_llm::config::{LlmConfig, PRESETS};
 use burn_mlx_llm::error::{LlmError, Result};
+use burn_mlx_llm::lora::data::Batches as BatchIter;
 use burn_mlx_llm::lora::data::Example;
 use burn_mlx_llm::lora::data::{load_dir, Batches, ChatTemplate};
 use burn_mlx_llm::lora::files::{self, SaveInfo};
 use burn_mlx_llm::lora::fuse::fuse;
-use burn_mlx_llm::lora::train::{evaluate, train, Event, OptimizerKind, Schedule, TrainConfig};
+use burn_mlx_llm::lora::train::{
+    evaluate, train, train_compiled, Event, OptimizerKind, Schedule, TrainConfig,
+};
 use burn_mlx_llm::lora::{Lora, LoraConfig};
 use burn_mlx_llm::model::Llm;
 use burn_mlx_llm::tokenizer::load_tokenizer;
 use burn_mlx_llm::weights::load_model;
-use burn_tensor::backend::AutodiffBackend;
+use burn_tensor::backend::Backend;
 use burn_tensor::DType;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
@@ -62,6 +65,18 @@ enum ScheduleArg {
     Constant,
     /// Linear warm-up (`--warmup` steps), then cosine decay to `--min-lr`.
     Cosine,
+}
+
+/// How a training step runs on MLX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TrainerArg {
+    /// `compiled` where it applies (MLX, one batch per step, no adapter dropout, no
+    /// --grad-checkpoint), else `autodiff`.
+    Auto,
+    /// The whole step traced once per batch shape and replayed by MLX (as mlx_lm.lora does).
+    Compiled,
+    /// Burn's autodiff (Autodiff<Mlx>): every option, a graph built per step.
+    Autodiff,
 }
 
 /// The optimizer.
@@ -179,6 +194,9 @@ struct Args {
     /// Burn backend.
     #[arg(long, value_enum, default_value = "mlx")]
     backend: BackendArg,
+    /// How steps run on MLX (see the LoRA docs for the measurements behind `auto`).
+    #[arg(long, value_enum, default_value = "auto")]
+    trainer: TrainerArg,
     /// Time training steps on random weights of --preset and random tokens; print one JSON line.
     #[arg(long)]
     bench: bool,
@@ -197,6 +215,17 @@ struct Args {
     fuse_on_cpu: bool,
 }
 
+/// A training loop: [`train`] on an autodiff backend, or [`train_compiled`] on `Mlx`.
+type Fit<B> = fn(
+    &mut Llm<B>,
+    &mut Lora<B>,
+    &mut BatchIter,
+    &BatchIter,
+    &TrainConfig,
+    &mut dyn FnMut(&Event),
+    &mut dyn FnMut(usize, &Lora<B>) -> Result<()>,
+) -> Result<()>;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.fuse_on_cpu {
@@ -206,14 +235,21 @@ fn main() -> ExitCode {
         (BackendArg::Flex, _) if args.device != DeviceArg::Auto => Err(LlmError::Input(
             "--device chooses MLX's device; it applies to --backend mlx only".into(),
         )),
+        (BackendArg::Flex, _) if args.trainer == TrainerArg::Compiled => Err(LlmError::Input(
+            "--trainer compiled runs on MLX; it applies to --backend mlx only".into(),
+        )),
         (BackendArg::Flex, _) if args.grad_checkpoint => {
-            run::<Autodiff<Flex, BalancedCheckpointing>>(&args, &FlexDevice, "flex")
+            run::<Autodiff<Flex, BalancedCheckpointing>>(&args, &FlexDevice, "flex", train)
         }
-        (BackendArg::Flex, _) => run::<Autodiff<Flex>>(&args, &FlexDevice, "flex"),
-        (BackendArg::Mlx, Ok(device)) if args.grad_checkpoint => {
-            run::<Autodiff<Mlx, BalancedCheckpointing>>(&args, &device, "mlx")
-        }
-        (BackendArg::Mlx, Ok(device)) => run::<Autodiff<Mlx>>(&args, &device, "mlx"),
+        (BackendArg::Flex, _) => run::<Autodiff<Flex>>(&args, &FlexDevice, "flex", train),
+        (BackendArg::Mlx, Ok(device)) => match trainer(&args) {
+            Err(e) => Err(e),
+            Ok(TrainerArg::Compiled) => run::<Mlx>(&args, &device, "mlx", train_compiled),
+            Ok(_) if args.grad_checkpoint => {
+                run::<Autodiff<Mlx, BalancedCheckpointing>>(&args, &device, "mlx", train)
+            }
+            Ok(_) => run::<Autodiff<Mlx>>(&args, &device, "mlx", train),
+        },
         (BackendArg::Mlx, Err(e)) => Err(e),
     };
     match result {
@@ -225,15 +261,37 @@ fn main() -> ExitCode {
     }
 }
 
+/// The trainer `--trainer` names, `auto` resolved; an error when `compiled` is asked for with an
+/// option it does not have.
+fn trainer(args: &Args) -> Result<TrainerArg> {
+    let unsupported = if args.grad_checkpoint {
+        Some("--grad-checkpoint")
+    } else if args.grad_accumulation_steps != 1 {
+        Some("--grad-accumulation-steps above 1")
+    } else if args.dropout != 0.0 {
+        Some("--dropout")
+    } else {
+        None
+    };
+    match (args.trainer, unsupported) {
+        (TrainerArg::Compiled, Some(option)) => Err(LlmError::Input(format!(
+            "--trainer compiled does not take {option}: use --trainer autodiff (or auto)"
+        ))),
+        (TrainerArg::Auto, None) => Ok(TrainerArg::Compiled),
+        (TrainerArg::Auto, Some(_)) => Ok(TrainerArg::Autodiff),
+        (chosen, _) => Ok(chosen),
+    }
+}
+
 /// `-1` → all, else that many.
 fn limit(n: i64) -> Option<usize> {
     (n >= 0).then_some(n as usize)
 }
 
-fn run<B: AutodiffBackend>(args: &Args, device: &B::Device, backend: &str) -> Result<()> {
+fn run<B: Backend>(args: &Args, device: &B::Device, backend: &str, fit: Fit<B>) -> Result<()> {
     let config = train_config(args);
     if args.bench {
-        return bench::<B>(args, &config, device, backend);
+        return bench::<B>(args, &config, device, backend, fit);
     }
     let model_dir = args
         .model
@@ -353,7 +411,7 @@ fn run<B: AutodiffBackend>(args: &Args, device: &B::Device, backend: &str) -> Re
         }
         Ok(())
     };
-    train(
+    fit(
         &mut model,
         &mut lora,
         &mut train_batches,
@@ -452,13 +510,18 @@ fn lora_config(args: &Args) -> LoraConfig {
 /// `--bench`: `--warmup-steps` untimed steps, then `--iters` timed ones, on a random model of
 /// `--preset` and `--batch-size` random sequences of `--seq-len` tokens (no padding, every
 /// next token a target); prints one JSON line.
-fn bench<B: AutodiffBackend>(
+fn bench<B: Backend>(
     args: &Args,
     config: &TrainConfig,
     device: &B::Device,
     backend: &str,
+    fit: Fit<B>,
 ) -> Result<()> {
     let shape = LlmConfig::preset(&args.preset)?;
+    let trainer_name = match B::ad_enabled(device) {
+        true => "autodiff",
+        false => "compiled",
+    };
     B::seed(device, args.seed);
     let mut model = Llm::<B>::random(shape.clone(), device, dtype(args))?;
     if let Some(q) = args.quantize {
@@ -492,7 +555,7 @@ fn bench<B: AutodiffBackend>(
             ..config.clone()
         };
         let mut last = None;
-        train(
+        fit(
             &mut model,
             &mut lora,
             &mut make()?,
@@ -518,6 +581,7 @@ fn bench<B: AutodiffBackend>(
     };
     let json = serde_json::json!({
         "framework": format!("burn-{backend}"),
+        "trainer": trainer_name,
         "preset": args.preset,
         "dtype": format!("{:?}", dtype(args)).to_lowercase(),
         "quantize": args.quantize.map(|q| format!("{q:?}").to_lowercase()),

@@ -3,15 +3,21 @@
 //! burn-mlx's Adam or AdamW (one compiled MLX kernel per parameter update on `Autodiff<Mlx>`,
 //! burn-optim's elsewhere).
 //!
-//! Each optimizer step is started on the device (`burn_mlx::nn::start_step`) before the host
-//! reads anything, and losses are read back only when a report is due, so on MLX the host
-//! builds step n+1 while the device runs step n.
+//! [`train_compiled`] is the same loop on `Mlx` with the whole step (forward, MLX's backward,
+//! Adam) traced once per padded batch shape and replayed by MLX (`burn_mlx::grad::CompiledTrainer`),
+//! as `mlx_lm.lora` compiles its step: no Burn autodiff graph is built per step.
+//!
+//! Each optimizer step is started on the device before the host reads anything, and losses are
+//! read back only when a report is due, so on MLX the host builds step n+1 while the device runs
+//! step n.
 
 use super::data::{Batch, Batches};
 use super::{Adapters, Lora};
 use crate::error::{LlmError, Result};
 use crate::model::Llm;
+use burn_mlx::grad::{AdamSettings, CompiledTrainer};
 use burn_mlx::optim::{Adam, AdamConfig, AdamW, AdamWConfig};
+use burn_mlx::{from_mlx, to_mlx, Mlx, MlxError, MlxTensor};
 use burn_optim::adaptor::OptimizerAdaptor;
 use burn_optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn_tensor::backend::{AutodiffBackend, Backend};
@@ -192,11 +198,7 @@ impl<B: Backend> BatchTensors<B> {
     pub fn new(batch: &Batch, device: &B::Device) -> Result<Self> {
         let targets = batch.targets();
         if targets.is_empty() {
-            return Err(LlmError::Input(format!(
-                "a batch of {} sequences has no target token (every token is prompt, or the \
-                 sequences have one token each)",
-                batch.batch
-            )));
+            return Err(no_targets(batch));
         }
         let ids: Vec<i64> = batch.tokens.iter().map(|&t| t as i64).collect();
         let count = targets.len();
@@ -209,6 +211,54 @@ impl<B: Backend> BatchTensors<B> {
             count,
         })
     }
+}
+
+/// The tensors of a batch for a step whose shapes depend only on the batch's padded shape
+/// ([`Llm::loss_weighted`], [`train_compiled`]): tokens `[batch, seq]`, and for every flat
+/// position `row·seq + j` the token it predicts and a weight, `1/count` where that token is a
+/// target and 0 elsewhere.
+pub struct WeightedBatch<B: Backend> {
+    /// `[batch, seq]`.
+    pub tokens: Tensor<B, 2, Int>,
+    /// `[batch·seq]`: the token at the next position (0 where there is none).
+    pub targets: Tensor<B, 1, Int>,
+    /// `[batch·seq]`.
+    pub weights: Tensor<B, 1>,
+    /// How many targets.
+    pub count: usize,
+}
+
+impl<B: Backend> WeightedBatch<B> {
+    /// `batch` on `device`. Errors when the batch has no target token.
+    pub fn new(batch: &Batch, device: &B::Device) -> Result<Self> {
+        let found = batch.targets();
+        if found.is_empty() {
+            return Err(no_targets(batch));
+        }
+        let n = batch.batch * batch.seq;
+        let (mut targets, mut weights) = (vec![0i64; n], vec![0f32; n]);
+        let weight = 1.0 / found.len() as f32;
+        for &(row, token) in &found {
+            targets[row] = token as i64;
+            weights[row] = weight;
+        }
+        let ids: Vec<i64> = batch.tokens.iter().map(|&t| t as i64).collect();
+        Ok(Self {
+            tokens: Tensor::from_data(TensorData::new(ids, [batch.batch, batch.seq]), device),
+            targets: Tensor::from_data(TensorData::new(targets, [n]), device),
+            weights: Tensor::from_data(TensorData::new(weights, [n]), device),
+            count: found.len(),
+        })
+    }
+}
+
+/// The error for a batch without a target token.
+fn no_targets(batch: &Batch) -> LlmError {
+    LlmError::Input(format!(
+        "a batch of {} sequences has no target token (every token is prompt, or the sequences \
+         have one token each)",
+        batch.batch
+    ))
 }
 
 /// Adam or AdamW over the adapters.
@@ -271,6 +321,92 @@ pub fn evaluate<B: Backend>(
     Ok((sum / total as f64, total))
 }
 
+/// The losses and tokens since the last report, and the clock.
+struct Progress<B: Backend> {
+    /// Each micro-batch's summed loss (mean times its target count), unread.
+    pending: Vec<Tensor<B, 1>>,
+    pending_tokens: usize,
+    trained_tokens: usize,
+    since: Instant,
+    steps_since: usize,
+}
+
+impl<B: Backend> Progress<B> {
+    fn new() -> Self {
+        Self {
+            pending: vec![],
+            pending_tokens: 0,
+            trained_tokens: 0,
+            since: Instant::now(),
+            steps_since: 0,
+        }
+    }
+
+    /// Records a micro-batch's mean loss over `count` targets (not read here).
+    fn add(&mut self, loss: Tensor<B, 1>, count: usize) {
+        self.pending.push(loss * count as f64);
+        self.pending_tokens += count;
+    }
+
+    /// After optimizer step `done` (from 1) at rate `lr`: reports the training loss when one
+    /// is due (reading the pending losses), then the validation loss when one is due.
+    fn after_step(
+        &mut self,
+        done: usize,
+        lr: f64,
+        config: &TrainConfig,
+        on_event: &mut dyn FnMut(&Event),
+        validate: &mut dyn FnMut() -> Result<Event>,
+    ) -> Result<()> {
+        self.steps_since += 1;
+        if done.is_multiple_of(config.steps_per_report.max(1)) || done == config.iters {
+            let sum: f64 = Tensor::cat(std::mem::take(&mut self.pending), 0)
+                .sum()
+                .into_scalar()
+                .elem();
+            let seconds = self.since.elapsed().as_secs_f64();
+            self.trained_tokens += self.pending_tokens;
+            on_event(&Event::Train {
+                step: done,
+                loss: sum / self.pending_tokens as f64,
+                learning_rate: lr,
+                steps_per_sec: self.steps_since as f64 / seconds,
+                tokens_per_sec: self.pending_tokens as f64 / seconds,
+                trained_tokens: self.trained_tokens,
+                peak_memory: burn_mlx::peak_memory(),
+            });
+            self.pending_tokens = 0;
+            self.steps_since = 0;
+            self.since = Instant::now();
+        }
+        if config.steps_per_eval > 0
+            && (done.is_multiple_of(config.steps_per_eval) || done == config.iters)
+        {
+            on_event(&validate()?);
+            self.since = Instant::now();
+        }
+        Ok(())
+    }
+}
+
+/// The validation loss of `model` with `lora` installed (without dropout) after `step` steps.
+fn validation<B: Backend>(
+    model: &mut Llm<B>,
+    lora: &Lora<B>,
+    batches: &[Batch],
+    config: &TrainConfig,
+    step: usize,
+) -> Result<Event> {
+    let start = Instant::now();
+    lora.install(model, false)?;
+    let (loss, _) = evaluate(model, batches, config.val_batches)?;
+    Ok(Event::Validation {
+        step,
+        loss,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
 /// Trains `lora`'s adapters on `model` (base weights frozen) for `config.iters` optimizer
 /// steps over `train`, evaluating on `valid`, calling `on_event` with each report; after each
 /// step `on_step(step, &lora)` may save a checkpoint. Leaves the trained adapters installed
@@ -288,26 +424,11 @@ pub fn train<B: AutodiffBackend>(
     let device = model.device().clone();
     let valid_batches = valid.all();
     let mut optim = Optim::<B>::new(config);
-    let run_eval = |model: &mut Llm<B>, lora: &Lora<B>, step: usize| -> Result<Event> {
-        let start = Instant::now();
-        lora.install(model, false)?;
-        let (loss, _) = evaluate(model, &valid_batches, config.val_batches)?;
-        lora.install(model, true)?;
-        Ok(Event::Validation {
-            step,
-            loss,
-            seconds: start.elapsed().as_secs_f64(),
-        })
-    };
     if config.steps_per_eval > 0 {
-        on_event(&run_eval(model, lora, 0)?);
+        on_event(&validation(model, lora, &valid_batches, config, 0)?);
     }
     lora.install(model, true)?;
-    let mut pending: Vec<Tensor<B, 1>> = vec![];
-    let mut pending_tokens = 0usize;
-    let mut trained_tokens = 0usize;
-    let mut since = Instant::now();
-    let mut steps_since = 0usize;
+    let mut progress = Progress::new();
     for step in 0..config.iters {
         let lr = config.lr_at(step);
         let mut accumulator = GradientsAccumulator::<Adapters<B>>::new();
@@ -324,8 +445,7 @@ pub fn train<B: AutodiffBackend>(
             let scaled = loss.clone() / config.grad_accumulation as f64;
             let grads = GradientsParams::from_grads(scaled.backward(), &lora.adapters);
             accumulator.accumulate(&lora.adapters, grads);
-            pending.push(loss.detach() * t.count as f64);
-            pending_tokens += t.count;
+            progress.add(loss.detach(), t.count);
         }
         let adapters = std::mem::replace(
             &mut lora.adapters,
@@ -336,35 +456,114 @@ pub fn train<B: AutodiffBackend>(
         );
         lora.adapters = optim.step(lr, adapters, accumulator.grads());
         lora.install(model, true)?;
-        burn_mlx::nn::start_step(&lora.adapters, &pending)?;
-        steps_since += 1;
+        burn_mlx::nn::start_step(&lora.adapters, &progress.pending)?;
         let done = step + 1;
-        if done % config.steps_per_report.max(1) == 0 || done == config.iters {
-            let sum: f64 = Tensor::cat(std::mem::take(&mut pending), 0)
-                .sum()
-                .into_scalar()
-                .elem();
-            let seconds = since.elapsed().as_secs_f64();
-            trained_tokens += pending_tokens;
-            on_event(&Event::Train {
-                step: done,
-                loss: sum / pending_tokens as f64,
-                learning_rate: lr,
-                steps_per_sec: steps_since as f64 / seconds,
-                tokens_per_sec: pending_tokens as f64 / seconds,
-                trained_tokens,
-                peak_memory: burn_mlx::peak_memory(),
-            });
-            pending_tokens = 0;
-            steps_since = 0;
-            since = Instant::now();
-        }
-        if config.steps_per_eval > 0 && (done % config.steps_per_eval == 0 || done == config.iters)
-        {
-            on_event(&run_eval(model, lora, done)?);
-            since = Instant::now();
-        }
+        progress.after_step(done, lr, config, on_event, &mut || {
+            let event = validation(model, lora, &valid_batches, config, done)?;
+            lora.install(model, true)?;
+            Ok(event)
+        })?;
         on_step(done, lora)?;
     }
     lora.install(model, false)
+}
+
+/// [`train`] on `Mlx` with each step compiled whole by MLX
+/// ([`burn_mlx::grad::CompiledTrainer`]): the forward pass, MLX's own backward pass and the Adam
+/// or AdamW update are traced at the first batch of each padded shape and replayed for the next
+/// ones, so the host builds no graph per step (as `mlx_lm.lora` compiles its step). The loss is
+/// [`Llm::loss_weighted`], the same mean over the target tokens as [`train`]'s. Same events, same
+/// checkpoints, same result; leaves the trained adapters installed in `model`.
+///
+/// # Errors
+///
+/// As [`train`]; also when `config` asks for gradient accumulation or `lora` for dropout, which
+/// this loop does not do (use [`train`] on `Autodiff<Mlx>`).
+pub fn train_compiled(
+    model: &mut Llm<Mlx>,
+    lora: &mut Lora<Mlx>,
+    train: &mut Batches,
+    valid: &Batches,
+    config: &TrainConfig,
+    on_event: &mut dyn FnMut(&Event),
+    on_step: &mut dyn FnMut(usize, &Lora<Mlx>) -> Result<()>,
+) -> Result<()> {
+    config.check()?;
+    if config.grad_accumulation != 1 || lora.config.dropout != 0.0 {
+        return Err(LlmError::Input(format!(
+            "the compiled trainer takes one batch per step and no adapter dropout (asked: {} \
+             accumulated batches, dropout {}): train on Autodiff<Mlx> (`lora --trainer autodiff`)",
+            config.grad_accumulation, lora.config.dropout
+        )));
+    }
+    let device = *model.device();
+    let valid_batches = valid.all();
+    if config.steps_per_eval > 0 {
+        on_event(&validation(model, lora, &valid_batches, config, 0)?);
+    }
+    let (b1, b2) = config.betas;
+    let adam = AdamSettings {
+        beta_1: b1,
+        beta_2: b2,
+        epsilon: config.epsilon,
+        weight_decay: match config.optimizer {
+            OptimizerKind::Adam => 0.0,
+            OptimizerKind::AdamW { weight_decay } => weight_decay,
+        },
+    };
+    // The traced loss adds the adapters it is given to a copy of the base model (the model's
+    // weights are constants of the trace; only the adapters are its parameters).
+    let mut base = model.clone();
+    lora.uninstall(&mut base);
+    let (lora_config, targets) = (lora.config.clone(), lora.targets.clone());
+    let step_loss = move |adapters: &Adapters<Mlx>, batch: &[MlxTensor]| {
+        let fail = |message: String| MlxError::Mlx {
+            op: "LoRA training step".into(),
+            message,
+        };
+        let adapted = Lora {
+            config: lora_config.clone(),
+            targets: targets.clone(),
+            adapters: adapters.clone(),
+        };
+        let mut model = base.clone();
+        adapted
+            .install(&mut model, true)
+            .map_err(|e| fail(e.to_string()))?;
+        let missing = || fail("the batch is tokens, targets and weights".into());
+        let tokens = from_mlx::<Mlx, 2, Int>(batch[0].clone()).ok_or_else(missing)?;
+        let targets = from_mlx::<Mlx, 1, Int>(batch[1].clone()).ok_or_else(missing)?;
+        let weights =
+            from_mlx::<Mlx, 1, burn_tensor::Float>(batch[2].clone()).ok_or_else(missing)?;
+        model
+            .loss_weighted(tokens, targets, weights)
+            .map_err(|e| fail(e.to_string()))
+    };
+    let mut trainer = CompiledTrainer::try_new(lora.adapters.clone(), adam, step_loss)?;
+    let mut progress = Progress::<Mlx>::new();
+    for step in 0..config.iters {
+        let lr = config.lr_at(step);
+        let batch = train.next_batch();
+        let t = WeightedBatch::<Mlx>::new(&batch, &device)?;
+        let inputs = [
+            mlx_of(to_mlx(t.tokens)),
+            mlx_of(to_mlx(t.targets)),
+            mlx_of(to_mlx(t.weights)),
+        ];
+        let loss = trainer.step(lr, &inputs)?;
+        progress.add(loss, t.count);
+        trainer.start(&progress.pending)?;
+        lora.adapters = trainer.model();
+        let done = step + 1;
+        progress.after_step(done, lr, config, on_event, &mut || {
+            validation(model, lora, &valid_batches, config, done)
+        })?;
+        on_step(done, lora)?;
+    }
+    lora.install(model, false)
+}
+
+/// The MLX tensor of an `Mlx` tensor ([`to_mlx`] never hands an `Mlx` tensor back).
+fn mlx_of<T>(converted: std::result::Result<MlxTensor, T>) -> MlxTensor {
+    converted.unwrap_or_else(|_| unreachable!("an Mlx tensor is an MLX tensor"))
 }

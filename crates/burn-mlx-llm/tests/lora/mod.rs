@@ -16,7 +16,7 @@ use burn_mlx_llm::config::LlmConfig;
 use burn_mlx_llm::lora::data::{Batch, Batches, Example};
 use burn_mlx_llm::lora::files::{self, SaveInfo};
 use burn_mlx_llm::lora::fuse::fuse;
-use burn_mlx_llm::lora::train::{train, BatchTensors, Event, TrainConfig};
+use burn_mlx_llm::lora::train::{train, train_compiled, BatchTensors, Event, TrainConfig};
 use burn_mlx_llm::lora::{targets, Adapters, Lora, LoraConfig};
 use burn_mlx_llm::model::{Llm, Logits, LINEAR_KEYS};
 use burn_mlx_llm::weights::{load_model, SafetensorsParams};
@@ -234,12 +234,23 @@ fn base_weights<B: Backend>(model: &Llm<B>) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn adam_tracks_peft(model_name: &str) {
+/// A LoRA training loop ([`train`] or [`train_compiled`]).
+type Fit<B> = fn(
+    &mut Llm<B>,
+    &mut Lora<B>,
+    &mut Batches,
+    &Batches,
+    &TrainConfig,
+    &mut dyn FnMut(&Event),
+    &mut dyn FnMut(usize, &Lora<B>) -> burn_mlx_llm::error::Result<()>,
+) -> burn_mlx_llm::error::Result<()>;
+
+fn adam_tracks_peft<B: Backend<Device = MlxDevice>>(model_name: &str, fit: Fit<B>) {
     let device = MlxDevice::Cpu;
     let r = reference(model_name);
-    let mut model = load_model::<Ad>(&fixture(model_name), &device, DType::F32).expect("model");
+    let mut model = load_model::<B>(&fixture(model_name), &device, DType::F32).expect("model");
     let before = base_weights(&model);
-    let mut lora = fixture_adapters::<Ad>(model_name, "initial", model.config());
+    let mut lora = fixture_adapters::<B>(model_name, "initial", model.config());
     let examples: Vec<Example> = r
         .tokens
         .iter()
@@ -262,7 +273,7 @@ fn adam_tracks_peft(model_name: &str) {
         ..TrainConfig::default()
     };
     let mut losses = vec![];
-    train(
+    fit(
         &mut model,
         &mut lora,
         &mut batches,
@@ -308,12 +319,24 @@ fn adam_tracks_peft(model_name: &str) {
 
 #[test]
 fn qwen3_adam_tracks_peft() {
-    adam_tracks_peft("qwen3");
+    adam_tracks_peft::<Ad>("qwen3", train);
 }
 
 #[test]
 fn llama_adam_tracks_peft() {
-    adam_tracks_peft("llama");
+    adam_tracks_peft::<Ad>("llama", train);
+}
+
+/// The compiled step (MLX's own backward, the cross-entropy's written-out one through
+/// `mlx_custom_vjp`, Adam traced into the step) trains as PEFT does too.
+#[test]
+fn qwen3_compiled_trainer_tracks_peft() {
+    adam_tracks_peft::<Mlx>("qwen3", train_compiled);
+}
+
+#[test]
+fn llama_compiled_trainer_tracks_peft() {
+    adam_tracks_peft::<Mlx>("llama", train_compiled);
 }
 
 /// A scratch folder under the system's temporary folder, emptied first and removed when the
@@ -552,6 +575,7 @@ fn fused_path_matches_peft() {
     burn_mlx::nn::fuse_on_cpu(true);
     one_step_matches_peft("qwen3");
     one_step_matches_peft("llama");
-    adam_tracks_peft("qwen3");
+    adam_tracks_peft::<Ad>("qwen3", train);
+    adam_tracks_peft::<Mlx>("qwen3", train_compiled);
     qlora_keeps_the_base_quantized_and_matches_dequantized_weights();
 }
