@@ -183,13 +183,29 @@ impl<M: Module<Mlx> + 'static> CompiledTrainer<M> {
 
     /// Starts evaluating, without waiting, the parameters, Adam's state and `outputs` (the
     /// losses the caller will read): the device runs the last step while the host prepares the
-    /// next, and the next step's graph does not hold the previous one's.
+    /// next, and the next step's graph does not hold the previous one's. The next step then
+    /// allocates its buffers while this one still holds its own.
     ///
     /// # Errors
     ///
     /// When MLX fails to schedule the evaluation, or inside a traced function.
     pub fn start(&self, outputs: &[Tensor<Mlx, 1>]) -> Result<(), MlxError> {
-        crate::trace::check_not_tracing("CompiledTrainer::start")?;
+        self.evaluate("CompiledTrainer::start", outputs, false)
+    }
+
+    /// Evaluates the parameters, Adam's state and `outputs`, and waits until the device is done
+    /// with them: a step's buffers are free before the next step allocates its own (as MLX
+    /// programs do, evaluating their state after each step).
+    ///
+    /// # Errors
+    ///
+    /// When MLX fails to evaluate, or inside a traced function.
+    pub fn finish(&self, outputs: &[Tensor<Mlx, 1>]) -> Result<(), MlxError> {
+        self.evaluate("CompiledTrainer::finish", outputs, true)
+    }
+
+    fn evaluate(&self, op: &str, outputs: &[Tensor<Mlx, 1>], wait: bool) -> Result<(), MlxError> {
+        crate::trace::check_not_tracing(op)?;
         let mut arrays: Vec<&Array> = Vec::with_capacity(3 * self.params.len() + 1);
         let state = self
             .params
@@ -203,7 +219,7 @@ impl<M: Module<Mlx> + 'static> CompiledTrainer<M> {
             .collect();
         arrays.extend(outputs.iter().map(|t| &t.array));
         let _guard = crate::tensor::eval_lock();
-        crate::compile::auto::eval("CompiledTrainer::start", &arrays, false)?;
+        crate::compile::auto::eval(op, &arrays, wait)?;
         self.device.after_eval();
         Ok(())
     }

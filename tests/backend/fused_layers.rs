@@ -277,6 +277,111 @@ fn cross_entropy_f32_of_bf16_logits_matches_burn_nn() {
     );
 }
 
+/// Logits as a module, for MLX's own transforms (`burn_mlx::grad::value_and_grad`).
+#[derive(Module, Debug)]
+struct Logits<B: Backend> {
+    value: Param<Tensor<B, 2>>,
+}
+
+/// The weighted loss with weights `1/count` on some rows and 0 on the others is burn-nn's mean
+/// loss over those rows: on Autodiff<Mlx>, on burn-ndarray (the composed path), and inside MLX's
+/// own transforms on plain Mlx, where the op's written-out backward goes in through
+/// `mlx_custom_vjp`; also from bf16 logits.
+#[test]
+fn weighted_cross_entropy_is_the_mean_over_its_rows() {
+    fused();
+    let data = rand_f(&[7, 300], (-6.0, 6.0), 24);
+    let targets = rand_i(&[7], 0, 300, 25);
+    let rows = [0i64, 2, 3, 5];
+    let weights: Vec<f32> = (0..7i64)
+        .map(|r| match rows.contains(&r) {
+            true => 1.0 / rows.len() as f32,
+            false => 0.0,
+        })
+        .collect();
+    let weights = TensorData::new(weights, [7]);
+    let ln = Tensor::<NdAd, 2>::from_data(data.clone(), &ND).require_grad();
+    let picked = Tensor::<NdAd, 1, Int>::from_data(TensorData::new(rows.to_vec(), [4]), &ND);
+    let reference = burn_nn::loss::CrossEntropyLossConfig::new()
+        .init(&ND)
+        .forward(
+            ln.clone().select(0, picked.clone()),
+            Tensor::from_data(targets.clone(), &ND).select(0, picked),
+        );
+    let want_grad = ln.grad(&reference.backward()).unwrap().to_data();
+    let want = reference.to_data();
+
+    let lm = Tensor::<MlxAd, 2>::from_data(data.clone(), &MD).require_grad();
+    let ym = functional::cross_entropy_f32_weighted(
+        lm.clone(),
+        Tensor::from_data(targets.clone(), &MD),
+        Tensor::from_data(weights.clone(), &MD),
+    );
+    assert_close(
+        "weighted loss (Autodiff<Mlx>)",
+        ym.to_data(),
+        want.clone(),
+        1e-6,
+    );
+    let grad = lm.grad(&ym.backward()).unwrap();
+    assert_close(
+        "weighted dlogits (Autodiff<Mlx>)",
+        grad.to_data(),
+        want_grad.clone(),
+        1e-6,
+    );
+
+    let ln2 = Tensor::<NdAd, 2>::from_data(data.clone(), &ND).require_grad();
+    let yn = functional::cross_entropy_f32_weighted(
+        ln2.clone(),
+        Tensor::from_data(targets.clone(), &ND),
+        Tensor::from_data(weights.clone(), &ND),
+    );
+    assert_close("weighted loss (composed)", yn.to_data(), want.clone(), 1e-6);
+    let grad = ln2.grad(&yn.backward()).unwrap();
+    assert_close(
+        "weighted dlogits (composed)",
+        grad.to_data(),
+        want_grad.clone(),
+        1e-6,
+    );
+
+    for dtype in [burn::tensor::DType::F32, burn::tensor::DType::BF16] {
+        let value = Tensor::<Mlx, 2>::from_data(data.clone(), &MD).cast(dtype);
+        let model = Logits {
+            value: Param::from_tensor(value),
+        };
+        let (t, w) = (
+            Tensor::<Mlx, 1, Int>::from_data(targets.clone(), &MD),
+            Tensor::<Mlx, 1>::from_data(weights.clone(), &MD),
+        );
+        let (loss, grads) = burn_mlx::grad::value_and_grad(&model, |m: &Logits<Mlx>| {
+            functional::cross_entropy_f32_weighted(m.value.val(), t.clone(), w.clone())
+        })
+        .expect("value_and_grad");
+        let grad: Tensor<Mlx, 2> = grads.get(model.value.id).expect("a gradient");
+        assert_eq!(grad.dtype(), dtype);
+        // bf16 logits: the loss of the rounded values; each gradient below 1/4 in magnitude
+        // with 8 significant bits.
+        let (tol_loss, tol_grad) = match dtype {
+            burn::tensor::DType::F32 => (1e-6, 1e-6),
+            _ => (5e-2, 2e-3),
+        };
+        assert_close(
+            "weighted loss (MLX transforms)",
+            loss.to_data(),
+            want.clone(),
+            tol_loss,
+        );
+        assert_close(
+            "weighted dlogits (MLX transforms)",
+            grad.to_data().convert::<f32>(),
+            want_grad.clone(),
+            tol_grad,
+        );
+    }
+}
+
 const VOCAB: usize = 16;
 const SEQ: usize = 9;
 const D_MODEL: usize = 32;

@@ -70,13 +70,12 @@ enum ScheduleArg {
 /// How a training step runs on MLX.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum TrainerArg {
-    /// `compiled` where it applies (MLX, one batch per step, no adapter dropout, no
-    /// --grad-checkpoint), else `autodiff`.
-    Auto,
-    /// The whole step traced once per batch shape and replayed by MLX (as mlx_lm.lora does).
-    Compiled,
     /// Burn's autodiff (Autodiff<Mlx>): every option, a graph built per step.
     Autodiff,
+    /// The whole step traced once per batch shape and replayed by MLX (as mlx_lm.lora does):
+    /// faster on an H200, with more memory (docs/lora.md); one batch per step, no adapter
+    /// dropout, no --grad-checkpoint.
+    Compiled,
 }
 
 /// The optimizer.
@@ -194,9 +193,13 @@ struct Args {
     /// Burn backend.
     #[arg(long, value_enum, default_value = "mlx")]
     backend: BackendArg,
-    /// How steps run on MLX (see the LoRA docs for the measurements behind `auto`).
-    #[arg(long, value_enum, default_value = "auto")]
+    /// How steps run on MLX (docs/lora.md compares the two).
+    #[arg(long, value_enum, default_value = "autodiff")]
     trainer: TrainerArg,
+    /// With --trainer compiled: start each step before the last one has finished (faster where
+    /// the host is the bottleneck; up to twice the memory of a step).
+    #[arg(long)]
+    pipeline: bool,
     /// Time training steps on random weights of --preset and random tokens; print one JSON line.
     #[arg(long)]
     bench: bool,
@@ -235,9 +238,12 @@ fn main() -> ExitCode {
         (BackendArg::Flex, _) if args.device != DeviceArg::Auto => Err(LlmError::Input(
             "--device chooses MLX's device; it applies to --backend mlx only".into(),
         )),
-        (BackendArg::Flex, _) if args.trainer == TrainerArg::Compiled => Err(LlmError::Input(
-            "--trainer compiled runs on MLX; it applies to --backend mlx only".into(),
-        )),
+        (BackendArg::Flex, _) if args.trainer == TrainerArg::Compiled || args.pipeline => {
+            Err(LlmError::Input(
+                "--trainer compiled and --pipeline run on MLX; they apply to --backend mlx only"
+                    .into(),
+            ))
+        }
         (BackendArg::Flex, _) if args.grad_checkpoint => {
             run::<Autodiff<Flex, BalancedCheckpointing>>(&args, &FlexDevice, "flex", train)
         }
@@ -261,8 +267,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// The trainer `--trainer` names, `auto` resolved; an error when `compiled` is asked for with an
-/// option it does not have.
+/// The trainer `--trainer` names; an error when `compiled` is asked for with an option it does
+/// not have, or `--pipeline` without it.
 fn trainer(args: &Args) -> Result<TrainerArg> {
     let unsupported = if args.grad_checkpoint {
         Some("--grad-checkpoint")
@@ -273,14 +279,19 @@ fn trainer(args: &Args) -> Result<TrainerArg> {
     } else {
         None
     };
-    match (args.trainer, unsupported) {
-        (TrainerArg::Compiled, Some(option)) => Err(LlmError::Input(format!(
-            "--trainer compiled does not take {option}: use --trainer autodiff (or auto)"
-        ))),
-        (TrainerArg::Auto, None) => Ok(TrainerArg::Compiled),
-        (TrainerArg::Auto, Some(_)) => Ok(TrainerArg::Autodiff),
-        (chosen, _) => Ok(chosen),
+    if let (TrainerArg::Compiled, Some(option)) = (args.trainer, unsupported) {
+        return Err(LlmError::Input(format!(
+            "--trainer compiled does not take {option}: use --trainer autodiff"
+        )));
     }
+    if args.pipeline && args.trainer != TrainerArg::Compiled {
+        return Err(LlmError::Input(
+            "--pipeline applies to the compiled trainer (the autodiff one always starts the next \
+             step early)"
+                .into(),
+        ));
+    }
+    Ok(args.trainer)
 }
 
 /// `-1` → all, else that many.
@@ -471,6 +482,7 @@ fn train_config(args: &Args) -> TrainConfig {
         max_seq_length: args.max_seq_length,
         mask_prompt: args.mask_prompt,
         seed: args.seed,
+        pipeline: args.pipeline,
         ..TrainConfig::default()
     }
 }
@@ -582,6 +594,7 @@ fn bench<B: Backend>(
     let json = serde_json::json!({
         "framework": format!("burn-{backend}"),
         "trainer": trainer_name,
+        "pipeline": args.pipeline,
         "preset": args.preset,
         "dtype": format!("{:?}", dtype(args)).to_lowercase(),
         "quantize": args.quantize.map(|q| format!("{q:?}").to_lowercase()),

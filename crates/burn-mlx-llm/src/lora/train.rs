@@ -14,7 +14,7 @@
 use super::data::{Batch, Batches};
 use super::{Adapters, Lora};
 use crate::error::{LlmError, Result};
-use crate::model::Llm;
+use crate::model::{Llm, Logits};
 use burn_mlx::grad::{AdamSettings, CompiledTrainer};
 use burn_mlx::optim::{Adam, AdamConfig, AdamW, AdamWConfig};
 use burn_mlx::{from_mlx, to_mlx, Mlx, MlxError, MlxTensor};
@@ -82,6 +82,11 @@ pub struct TrainConfig {
     pub mask_prompt: bool,
     /// Seed of the batch order and of the adapters' initial values.
     pub seed: u64,
+    /// [`train_compiled`] only: start each step before the previous one has finished on the
+    /// device. Faster where the host is the bottleneck; two steps' buffers are then alive at once
+    /// (up to 1.8x the peak memory on an H200 at the `qwen3-0.6b` shape). [`train`] always
+    /// starts the next step early: Burn's graph building keeps it behind the device.
+    pub pipeline: bool,
 }
 
 impl Default for TrainConfig {
@@ -103,6 +108,7 @@ impl Default for TrainConfig {
             max_seq_length: 2048,
             mask_prompt: false,
             seed: 0,
+            pipeline: false,
         }
     }
 }
@@ -473,7 +479,8 @@ pub fn train<B: AutodiffBackend>(
 /// or AdamW update are traced at the first batch of each padded shape and replayed for the next
 /// ones, so the host builds no graph per step (as `mlx_lm.lora` compiles its step). The loss is
 /// [`Llm::loss_weighted`], the same mean over the target tokens as [`train`]'s. Same events, same
-/// checkpoints, same result; leaves the trained adapters installed in `model`.
+/// checkpoints, same result; leaves the trained adapters installed in `model`. Each step finishes
+/// on the device before the next starts unless `config.pipeline` is set.
 ///
 /// # Errors
 ///
@@ -512,7 +519,12 @@ pub fn train_compiled(
         },
     };
     // The traced loss adds the adapters it is given to a copy of the base model (the model's
-    // weights are constants of the trace; only the adapters are its parameters).
+    // weights are constants of the trace; only the adapters are its parameters). A weight still
+    // lazy when the step is traced (random, quantized or concatenated at load) would be traced
+    // with the ops that make it and remade at every step: a one-token forward pass reads every
+    // weight, and evaluating it gives each its values.
+    let mut probe = model.new_cache(1);
+    model.forward(&[0], &mut probe, Logits::Last)?.into_data();
     let mut base = model.clone();
     lora.uninstall(&mut base);
     let (lora_config, targets) = (lora.config.clone(), lora.targets.clone());
@@ -552,7 +564,10 @@ pub fn train_compiled(
         ];
         let loss = trainer.step(lr, &inputs)?;
         progress.add(loss, t.count);
-        trainer.start(&progress.pending)?;
+        match config.pipeline {
+            true => trainer.start(&progress.pending)?,
+            false => trainer.finish(&progress.pending)?,
+        }
         lora.adapters = trainer.model();
         let done = step + 1;
         progress.after_step(done, lr, config, on_event, &mut || {
