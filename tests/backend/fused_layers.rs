@@ -29,6 +29,12 @@ fn fused() {
     burn_mlx::nn::fuse_on_cpu(true);
 }
 
+/// The tolerance of an f32 gradient of a fused op against burn-ndarray's composed one: the two
+/// sum in different orders, and MLX's CPU kernels and OpenBLAS pick their code by the processor.
+/// On an AMD EPYC host the largest differences were 1.1e-4 to 3.3e-4 (attention's `dq`, layer
+/// norm's `dx`, the encoder's parameters); on other x86-64 hosts that ran this suite, below 1e-4.
+const GRAD_TOL: f64 = 5e-4;
+
 /// Largest difference between two float tensors' values, relative to `1 + |reference|`.
 fn worst(a: TensorData, b: TensorData) -> f64 {
     let a = a.convert::<f32>().to_vec::<f32>().unwrap();
@@ -82,20 +88,20 @@ fn layer_norm_and_rms_norm_match_burn_nn() {
             "layer_norm dx",
             xm.grad(&gm_all).unwrap().to_data(),
             xn.grad(&gn_all).unwrap().to_data(),
-            1e-4,
+            GRAD_TOL,
         );
         assert_close(
             "layer_norm dgamma",
             gm.grad(&gm_all).unwrap().to_data(),
             gn.grad(&gn_all).unwrap().to_data(),
-            1e-4,
+            GRAD_TOL,
         );
         if bias {
             assert_close(
                 "layer_norm dbeta",
                 bm.grad(&gm_all).unwrap().to_data(),
                 bn.grad(&gn_all).unwrap().to_data(),
-                1e-4,
+                GRAD_TOL,
             );
         }
 
@@ -108,18 +114,18 @@ fn layer_norm_and_rms_norm_match_burn_nn() {
             "rms_norm dx",
             xm.grad(&gm_all).unwrap().to_data(),
             xn.grad(&gn_all).unwrap().to_data(),
-            1e-4,
+            GRAD_TOL,
         );
         assert_close(
             "rms_norm dgamma",
             gm.grad(&gm_all).unwrap().to_data(),
             gn.grad(&gn_all).unwrap().to_data(),
-            1e-4,
+            GRAD_TOL,
         );
     }
 }
 
-/// The gradients of q, k and v on MLX (`gm`) and burn-ndarray (`gn`) agree within 1e-4.
+/// The gradients of q, k and v on MLX (`gm`) and burn-ndarray (`gn`) agree within [`GRAD_TOL`].
 fn assert_qkv_grads_close(
     what: &str,
     mlx: [&Tensor<MlxAd, 4>; 3],
@@ -132,7 +138,7 @@ fn assert_qkv_grads_close(
             &format!("{what} {name}"),
             a.grad(gm).unwrap().to_data(),
             c.grad(gn).unwrap().to_data(),
-            1e-4,
+            GRAD_TOL,
         );
     }
 }
@@ -538,7 +544,12 @@ fn fused_encoder_matches_burn_nn_with_masks() {
         let (a, b) = (gradients(&fused, &gm), gradients(&nn, &gn));
         assert_eq!(a.len(), b.len());
         for (i, (x, y)) in a.into_iter().zip(b).enumerate() {
-            assert_close(&format!("{what}: gradient of parameter {i}"), x, y, 1e-4);
+            assert_close(
+                &format!("{what}: gradient of parameter {i}"),
+                x,
+                y,
+                GRAD_TOL,
+            );
         }
     }
 }
