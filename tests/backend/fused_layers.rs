@@ -31,9 +31,10 @@ fn fused() {
 
 /// The tolerance of an f32 gradient of a fused op against burn-ndarray's composed one: the two
 /// sum in different orders, and MLX's CPU kernels and OpenBLAS pick their code by the processor.
-/// On an AMD EPYC host the largest differences were 1.1e-4 to 3.3e-4 (attention's `dq`, layer
-/// norm's `dx`, the encoder's parameters); on other x86-64 hosts that ran this suite, below 1e-4.
-const GRAD_TOL: f64 = 5e-4;
+/// On an AMD EPYC host the largest differences were 1.1e-4 to 8.1e-4 (attention's `dq`, 8.1e-4
+/// with 8 query heads over 2 key heads; layer norm's `dx`; the encoder's parameters); on other
+/// x86-64 hosts that ran this suite, below 1e-4.
+const GRAD_TOL: f64 = 2e-3;
 
 /// Largest difference between two float tensors' values, relative to `1 + |reference|`.
 fn worst(a: TensorData, b: TensorData) -> f64 {
