@@ -349,11 +349,7 @@ pub fn attention<B: Backend>(
                 .or_panic("attention (mask)", &[m.array()]);
             MlxTensor::from_array(additive, device)
         });
-        let op = AttentionOp {
-            scale: scale as f32,
-            mask: additive,
-            causal: false,
-        };
+        let op = AttentionOp::new(scale, additive, false, &q, &k);
         if let Some(out) = op.apply(&q, &k, &v) {
             return out;
         }
@@ -407,11 +403,7 @@ pub fn causal_attention<B: Backend>(
         k.dims()
     );
     if custom::fuses::<B>(&q.device()) {
-        let op = AttentionOp {
-            scale: scale as f32,
-            mask: None,
-            causal: true,
-        };
+        let op = AttentionOp::new(scale, None, true, &q, &k);
         if let Some(out) = op.apply(&q, &k, &v) {
             return out;
         }
@@ -446,9 +438,81 @@ struct AttentionOp {
     mask: Option<MlxTensor>,
     /// Causal attention with no mask array (MLX's causal mode).
     causal: bool,
+    /// The forward pass forms the probabilities with MLX ops and keeps them, with its output,
+    /// for the backward pass (see [`keeps_probabilities`]).
+    keep: bool,
+    /// The probabilities `[batch, heads, seq_q, seq_k]` and the output, kept by the forward pass.
+    kept: std::sync::Mutex<Option<[Array; 2]>>,
+}
+
+// SAFETY: MLX arrays are reference-counted handles to immutable data; the kept arrays are only
+// read and replaced under their mutex.
+unsafe impl Send for AttentionOp {}
+unsafe impl Sync for AttentionOp {}
+
+/// The most probabilities (`batch · heads · seq_q · seq_k`) an attention call keeps from its
+/// forward pass for its backward: 2^26, 256 MB in f32. Larger calls recompute them.
+const KEPT_PROBABILITIES_MAX: usize = 1 << 26;
+
+/// Whether an attention call over `q` and `k` forms its probabilities with MLX ops and keeps
+/// them, and its output, for the backward pass, which then needs neither the scores' GEMM, the
+/// mask, the softmax nor the output's GEMM again: in f32 with as many key heads as query heads
+/// (the written-out backward of [`AttentionOp::vjp`]), where MLX computes f32 attention from its
+/// own ops anyway (its CPU and CUDA devices; Metal has a fused f32 kernel), and for at most
+/// [`KEPT_PROBABILITIES_MAX`] probabilities. On an H200 the decoder LM of `train_bench` at batch
+/// 32 (six layers, 8 heads, sequence 256: 67 MB a layer) ran about 1.3 ms of its 17 ms of
+/// kernels in the recomputation. `BURN_MLX_ATTENTION_KEEP=0` recomputes always (A/B runs).
+fn keeps_probabilities<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *OFF.get_or_init(|| std::env::var("BURN_MLX_ATTENTION_KEEP").as_deref() == Ok("0")) {
+        return false;
+    }
+    let any: &dyn std::any::Any = &q.device();
+    let metal = cfg!(target_os = "macos")
+        && any.downcast_ref::<crate::MlxDevice>() == Some(&crate::MlxDevice::Gpu);
+    let [b, h, sq, _] = q.dims();
+    let [_, hk, sk, _] = k.dims();
+    !metal && q.dtype() == DType::F32 && h == hk && b * h * sq * sk <= KEPT_PROBABILITIES_MAX
 }
 
 impl AttentionOp {
+    /// The op of one attention call over `q` and `k`.
+    fn new<B: Backend>(
+        scale: f64,
+        mask: Option<MlxTensor>,
+        causal: bool,
+        q: &Tensor<B, 4>,
+        k: &Tensor<B, 4>,
+    ) -> Self {
+        Self {
+            scale: scale as f32,
+            mask,
+            causal,
+            keep: keeps_probabilities(q, k),
+            kept: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The attention probabilities `softmax(q·scale·kᵀ + mask)` from MLX ops, with the mask
+    /// (`mask`, the additive mask or none) and the causal bias where the op has them, and the
+    /// scale as an array of q's dtype.
+    fn probabilities(
+        &self,
+        q: &Array,
+        k: &Array,
+        mask: Option<&Array>,
+    ) -> Result<(Array, Array), Exception> {
+        let scale = constant_scalar_array(Scalar::Float(self.scale as f64), q.dtype());
+        let mut scores = q.multiply(&scale)?.matmul(&k.swap_axes(-1, -2)?)?;
+        if let Some(mask) = mask {
+            scores = scores.add(mask)?;
+        }
+        if self.causal {
+            scores = scores.add(causal_bias(q.shape()[2], k.shape()[2], q.dtype())?)?;
+        }
+        Ok((ops::softmax_axis(&scores, -1, true)?, scale))
+    }
+
     /// The op on `q`, `k`, `v` where fused ops run (`None` elsewhere).
     fn apply<B: Backend>(
         self,
@@ -480,6 +544,14 @@ impl FusedOp for AttentionOp {
     }
 
     fn forward(&self, xs: &[Array], side: &[Array]) -> Result<Array, Exception> {
+        if self.keep {
+            let (p, _) = self.probabilities(&xs[0], &xs[1], side.first())?;
+            let o = p.matmul(&xs[2])?;
+            if let Ok(mut kept) = self.kept.lock() {
+                *kept = Some([p, o.clone()]);
+            }
+            return Ok(o);
+        }
         let mask = match self.causal {
             true => Some(fast::ScaledDotProductAttentionMask::Causal),
             false => side.first().map(fast::ScaledDotProductAttentionMask::Array),
@@ -487,34 +559,45 @@ impl FusedOp for AttentionOp {
         fast::scaled_dot_product_attention(&xs[0], &xs[1], &xs[2], self.scale, mask, None)
     }
 
-    /// For as many key heads as query heads: the gradients from the probabilities recomputed with
-    /// two GEMMs and a softmax, `dv = pᵀ·g`, `dp = g·vᵀ`, `ds = p·(dp - rowsum(g·o))` with `o =
-    /// p·v`, `dq = ds·k·scale`, `dk = dsᵀ·q·scale`: three elementwise passes over the `[batch,
-    /// heads, seq, seq]` scores (the mask, the softmax, `ds`), in place of MLX's product of its
+    fn saved(&self) -> Vec<Array> {
+        let kept = self.kept.lock().ok().and_then(|k| k.clone());
+        kept.map(Vec::from).unwrap_or_default()
+    }
+
+    /// For as many key heads as query heads: the gradients from the probabilities `p` and the
+    /// output `o`, kept by the forward pass or recomputed (two GEMMs and a softmax), `dv = pᵀ·g`,
+    /// `dp = g·vᵀ`, `ds = p·(dp - rowsum(g·o))`, `dq = ds·k·scale`, `dk = dsᵀ·q·scale`: at most
+    /// three elementwise passes over the `[batch, heads, seq, seq]` scores (the mask, the
+    /// softmax, `ds`; one when the probabilities are kept), in place of MLX's product of its
     /// composed attention (MLX 0.32's CUDA attention kernels take no f32 and no gradient), which
     /// also differentiates the scaling and the mask. Grouped-query attention, and half precision in
     /// the shapes of MLX's cuDNN attention (query length a multiple of 128, head size a multiple of
     /// 8 up to 128: a fused backward of its own), keep MLX's product.
     fn vjp(&self, xs: &[Array], side: &[Array], g: &Array) -> Result<Vec<Array>, Exception> {
         let (q, k, v) = (&xs[0], &xs[1], &xs[2]);
-        let (shape, dtype) = (q.shape(), q.dtype());
-        let fused_half = matches!(dtype, mlx_rs::Dtype::Float16 | mlx_rs::Dtype::Bfloat16)
-            && shape[2] % 128 == 0
-            && shape[3] % 8 == 0
-            && shape[3] <= 128;
-        if shape[1] != k.shape()[1] || fused_half {
-            return custom::mlx_vjp(|xs| self.forward(xs, side), xs, g);
-        }
-        let scale = constant_scalar_array(Scalar::Float(self.scale as f64), q.dtype());
-        let mut scores = q.multiply(&scale)?.matmul(&k.swap_axes(-1, -2)?)?;
-        if let Some(mask) = side.first() {
-            scores = scores.add(mask)?;
-        }
-        if self.causal {
-            scores = scores.add(causal_bias(shape[2], k.shape()[2], dtype)?)?;
-        }
-        let p = ops::softmax_axis(&scores, -1, true)?;
-        let o = p.matmul(v)?;
+        // `side`: the additive mask where the op has one, then the kept arrays where it has them.
+        let masks = self.mask.is_some() as usize;
+        let mask = side[..masks].first();
+        let (p, o, scale) = match &side[masks..] {
+            [p, o] => {
+                let scale = constant_scalar_array(Scalar::Float(self.scale as f64), q.dtype());
+                (p.clone(), o.clone(), scale)
+            }
+            _ => {
+                let shape = q.shape();
+                let fused_half =
+                    matches!(q.dtype(), mlx_rs::Dtype::Float16 | mlx_rs::Dtype::Bfloat16)
+                        && shape[2] % 128 == 0
+                        && shape[3] % 8 == 0
+                        && shape[3] <= 128;
+                if shape[1] != k.shape()[1] || fused_half {
+                    return custom::mlx_vjp(|xs| self.forward(xs, side), xs, g);
+                }
+                let (p, scale) = self.probabilities(q, k, mask)?;
+                let o = p.matmul(v)?;
+                (p, o, scale)
+            }
+        };
         let dv = p.swap_axes(-1, -2)?.matmul(g)?;
         let dp = g.matmul(&v.swap_axes(-1, -2)?)?;
         let row = g.multiply(&o)?.sum_axis(-1, true)?;

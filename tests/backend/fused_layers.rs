@@ -7,7 +7,7 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, ElementConversion, Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use burn_mlx::nn::functional;
 use burn_mlx::{Mlx, MlxDevice};
@@ -176,6 +176,59 @@ fn attention_matches_composed_attention() {
         let gm = weighted_sum(ym, 14).backward();
         let gn = weighted_sum(yn, 14).backward();
         assert_qkv_grads_close(&what, [&qm, &km, &vm], &gm, [&qn, &kn, &vn], &gn);
+    }
+}
+
+/// Attention in bf16, whose backward recomputes the probabilities (an f32 call of these sizes keeps
+/// them from its forward pass instead), against burn-ndarray's in f64 on the same bf16-rounded
+/// inputs, within bf16's tolerance.
+#[test]
+fn attention_in_bf16_recomputes_its_probabilities() {
+    let (b, h, lq, lk, d) = (2, 4, 5, 7, 16);
+    let bf16 = |seed| {
+        let data = rand_f(&[b, h, lq.max(lk), d], (-2.0, 2.0), seed);
+        let rounded = data.convert::<half::bf16>().convert::<f64>();
+        let m = Tensor::<MlxAd, 4>::from_data(rounded.clone(), &MD).require_grad();
+        (m, Tensor::<NdAd, 4>::from_data(rounded, &ND).require_grad())
+    };
+    fused();
+    let (qm, qn) = bf16(60);
+    let (km, kn) = bf16(61);
+    let (vm, vn) = bf16(62);
+    let (qm2, qn2) = (qm.clone().narrow(2, 0, lq), qn.clone().narrow(2, 0, lq));
+    let mask = rand_b(&[b, 1, lq, lk], 0.3, 63);
+    let scale = 1.0 / (d as f64).sqrt();
+    let ym = functional::attention(
+        qm2.cast(DType::BF16),
+        km.clone().narrow(2, 0, lk).cast(DType::BF16),
+        vm.clone().narrow(2, 0, lk).cast(DType::BF16),
+        Some(Tensor::<MlxAd, 4, Bool>::from_data(mask.clone(), &MD)),
+        scale,
+        -1e4,
+    );
+    let yn = functional::attention(
+        qn2,
+        kn.clone().narrow(2, 0, lk),
+        vn.clone().narrow(2, 0, lk),
+        Some(Tensor::<NdAd, 4, Bool>::from_data(mask, &ND)),
+        scale,
+        -1e4,
+    );
+    assert_close(
+        "bf16 attention",
+        ym.clone().cast(DType::F32).to_data(),
+        yn.to_data(),
+        2e-2,
+    );
+    let gm = weighted_sum(ym.cast(DType::F32), 64).backward();
+    let gn = weighted_sum(yn, 64).backward();
+    for (name, a, c) in [("dq", &qm, &qn), ("dk", &km, &kn), ("dv", &vm, &vn)] {
+        assert_close(
+            &format!("bf16 attention {name}"),
+            a.grad(&gm).unwrap().to_data(),
+            c.grad(&gn).unwrap().to_data(),
+            5e-2,
+        );
     }
 }
 
