@@ -456,7 +456,9 @@ const KEPT_PROBABILITIES_MAX: usize = 1 << 26;
 
 /// Whether an attention call over `q` and `k` forms its probabilities with MLX ops and keeps
 /// them, and its output, for the backward pass, which then needs neither the scores' GEMM, the
-/// mask, the softmax nor the output's GEMM again: in f32 with as many key heads as query heads
+/// mask, the softmax nor the output's GEMM again: on a backend that records gradients (without
+/// one, MLX's own attention runs, with its fused kernel for a single query on CUDA), in f32
+/// with as many key heads as query heads
 /// (the written-out backward of [`AttentionOp::vjp`]), where MLX computes f32 attention from its
 /// own ops anyway (its CPU and CUDA devices; Metal has a fused f32 kernel), and for at most
 /// [`KEPT_PROBABILITIES_MAX`] probabilities. On an H200 the decoder LM of `train_bench` at batch
@@ -472,7 +474,11 @@ fn keeps_probabilities<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>) -> bool {
         && any.downcast_ref::<crate::MlxDevice>() == Some(&crate::MlxDevice::Gpu);
     let [b, h, sq, _] = q.dims();
     let [_, hk, sk, _] = k.dims();
-    !metal && q.dtype() == DType::F32 && h == hk && b * h * sq * sk <= KEPT_PROBABILITIES_MAX
+    B::ad_enabled(&q.device())
+        && !metal
+        && q.dtype() == DType::F32
+        && h == hk
+        && b * h * sq * sk <= KEPT_PROBABILITIES_MAX
 }
 
 impl AttentionOp {
