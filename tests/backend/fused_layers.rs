@@ -1,4 +1,4 @@
-//! `burn_mlx::nn`'s fused layers against burn-nn's on burn-ndarray (in f64): each op's forward pass and
+//! `burn_mlx::nn`'s fused layers against burn-nn's on burn-ndarray: each op's forward pass and
 //! input gradients, a whole encoder's output and parameter gradients (post-norm and pre-norm,
 //! padding and causal masks), records loading both ways, Adam training tracking burn-nn's loss
 //! step by step, burn-nn's exact computation on other backends, and overlapped steps giving the
@@ -19,8 +19,7 @@ use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 use crate::common::{rand_b, rand_f, rand_i};
 
 type MlxAd = Autodiff<Mlx>;
-/// The reference backend, in f64 (see [`GRAD_TOL`]).
-type NdAd = Autodiff<NdArray<f64>>;
+type NdAd = Autodiff<NdArray>;
 
 const MD: MlxDevice = MlxDevice::Cpu;
 const ND: NdArrayDevice = NdArrayDevice::Cpu;
@@ -30,12 +29,14 @@ fn fused() {
     burn_mlx::nn::fuse_on_cpu(true);
 }
 
-/// The tolerance of an f32 gradient of a fused op against the reference, burn-ndarray in f64
-/// (`NdAd`); MLX's gradients are within it (layer norm's weight gradient over 4,800 rows:
-/// 2.1e-6). An f32 reference is not accurate enough for these checks: on an AMD EPYC host
-/// burn-ndarray's own f32 gradients of layer norm, attention and the encoder were 1.1e-4 to
-/// 8.1e-4 from the f64 values (layer norm's `dx`: 1.9e-4, where MLX's was 1.8e-7).
-const GRAD_TOL: f64 = 1e-5;
+/// The tolerance of an f32 gradient of a fused op against burn-ndarray's composed one in f32.
+/// It is set by the reference's own error, not MLX's: against a gradient computed in f64, MLX's
+/// layer-norm `dx` ([8, 600, 16]) was 1.8e-7 off and burn-ndarray's 1.9e-4 on an AMD EPYC host,
+/// where these checks differed by 1.1e-4 to 8.1e-4 (the largest: attention's `dq` with 8 query
+/// heads over 2 key heads); other x86-64 hosts gave below 1e-4. The reference cannot run in f64
+/// here: Burn fixes a device's float dtype for the whole process at its first use, and the
+/// other tests of this binary use burn-ndarray's CPU device in f32.
+const GRAD_TOL: f64 = 2e-3;
 
 /// Largest difference between two float tensors' values, relative to `1 + |reference|`.
 fn worst(a: TensorData, b: TensorData) -> f64 {
@@ -643,18 +644,11 @@ fn records_load_both_ways() {
 #[test]
 fn other_backends_compute_exactly_what_burn_nn_does() {
     let (fused_mlx, nn) = models(true, 51);
-    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let fused_nd: FusedLm<NdAd> = {
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
         let bytes = recorder.record(fused_mlx.into_record(), ()).unwrap();
         let _rng = crate::common::ndarray_rng::ndarray_rng();
         FusedLm::<NdAd>::new(true, &ND).load_record(recorder.load(bytes, &ND).unwrap())
-    };
-    // The record holds f32 values: burn-nn's model goes through it too, so that both models
-    // hold the same (f64) parameters.
-    let nn = {
-        let bytes = recorder.record(nn.into_record(), ()).unwrap();
-        let _rng = crate::common::ndarray_rng::ndarray_rng();
-        NnLm::<NdAd>::new(true, &ND).load_record(recorder.load(bytes, &ND).unwrap())
     };
     let (t, p) = batch::<NdAd>(52, &ND);
     let a = fused_nd.logits(t.clone(), p.clone());
