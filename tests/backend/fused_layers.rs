@@ -181,7 +181,7 @@ fn attention_matches_composed_attention() {
 }
 
 /// Attention in bf16, whose backward recomputes the probabilities (an f32 call of these sizes keeps
-/// them from its forward pass instead), against burn-ndarray's in f64 on the same bf16-rounded
+/// them from its forward pass instead), against burn-ndarray's in f32 on the same bf16-rounded
 /// inputs, within bf16's tolerance.
 #[test]
 fn attention_in_bf16_recomputes_its_probabilities() {
