@@ -21,7 +21,6 @@ mod decode;
 mod errors;
 mod export;
 mod float_ops;
-mod fused_layers;
 mod fuzz;
 mod half_precision;
 mod hostile;

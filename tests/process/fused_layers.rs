@@ -1,13 +1,18 @@
-//! `burn_mlx::nn`'s fused layers against burn-nn's on burn-ndarray: each op's forward pass and
-//! input gradients, a whole encoder's output and parameter gradients (post-norm and pre-norm,
-//! padding and causal masks), records loading both ways, Adam training tracking burn-nn's loss
-//! step by step, burn-nn's exact computation on other backends, and overlapped steps giving the
-//! same losses as plain ones.
+//! `burn_mlx::nn`'s fused layers against burn-nn's on burn-ndarray in f64: each op's forward
+//! pass and input gradients, a whole encoder's output and parameter gradients (post-norm and
+//! pre-norm, padding and causal masks), records loading both ways, Adam training tracking
+//! burn-nn's loss step by step, burn-nn's exact computation on other backends, and overlapped
+//! steps giving the same losses as plain ones.
+//!
+//! These tests live in this binary because their reference depends on process-wide state: Burn
+//! fixes a device's default float dtype at its first use in a process (keyed by the device's
+//! type, not the backend), and the backend suite's binary uses burn-ndarray's device in f32.
+//! Here no other test touches it, and [`setup`] sets it to f64 first.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, DType, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Distribution, ElementConversion, Int, Tensor, TensorData};
 use burn_autodiff::Autodiff;
 use burn_mlx::nn::functional;
 use burn_mlx::{Mlx, MlxDevice};
@@ -16,27 +21,61 @@ use burn_nn::attention::generate_autoregressive_mask;
 use burn_nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
 
-use crate::common::{rand_b, rand_f, rand_i};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use std::sync::MutexGuard;
 
 type MlxAd = Autodiff<Mlx>;
-type NdAd = Autodiff<NdArray>;
+/// The reference: burn-nn's layers on burn-ndarray in f64 (see [`GRAD_TOL`]).
+type NdAd = Autodiff<NdArray<f64>>;
 
 const MD: MlxDevice = MlxDevice::Cpu;
 const ND: NdArrayDevice = NdArrayDevice::Cpu;
 
-/// The fused path on this CPU device: these tests check the fused ops themselves.
-fn fused() {
+/// Holds this binary's process-wide state for the calling test ([`crate::one_at_a_time`]), turns
+/// the fused path on for this CPU device (these tests check the fused ops themselves) and sets
+/// burn-ndarray's device to f64 floats. Panics if that device was already fixed to another dtype.
+fn setup() -> MutexGuard<'static, ()> {
+    let alone = crate::one_at_a_time();
     burn_mlx::nn::fuse_on_cpu(true);
+    let _ = burn::tensor::set_default_dtypes::<NdArray<f64>>(&ND, DType::F64, DType::I64);
+    let settings = burn::tensor::get_device_settings::<NdArray<f64>>(&ND);
+    assert_eq!(
+        DType::from(settings.float_dtype),
+        DType::F64,
+        "the reference device must compute in f64"
+    );
+    alone
 }
 
-/// The tolerance of an f32 gradient of a fused op against burn-ndarray's composed one in f32.
-/// It is set by the reference's own error, not MLX's: against a gradient computed in f64, MLX's
-/// layer-norm `dx` ([8, 600, 16]) was 1.8e-7 off and burn-ndarray's 1.9e-4 on an AMD EPYC host,
-/// where these checks differed by 1.1e-4 to 8.1e-4 (the largest: attention's `dq` with 8 query
-/// heads over 2 key heads); other x86-64 hosts gave below 1e-4. The reference cannot run in f64
-/// here: Burn fixes a device's float dtype for the whole process at its first use, and the
-/// other tests of this binary use burn-ndarray's CPU device in f32.
-const GRAD_TOL: f64 = 2e-3;
+/// The tolerance of an f32 gradient of a fused op against the reference in f64: MLX's are within
+/// 2.1e-6 of it (layer norm's weight gradient over 4,800 rows). A reference in f32 is not
+/// accurate enough for this bound: on an AMD EPYC host burn-ndarray's f32 gradients of layer
+/// norm, attention and the encoder were 1.1e-4 to 8.1e-4 from the f64 values (layer norm's `dx`:
+/// 1.9e-4, MLX's 1.8e-7).
+const GRAD_TOL: f64 = 1e-5;
+
+/// Uniform data of `shape` in `[lo, hi)` from `seed`.
+fn rand_f(shape: &[usize], (lo, hi): (f64, f64), seed: u64) -> TensorData {
+    let mut rng = StdRng::seed_from_u64(seed);
+    TensorData::random::<f32, _, _>(shape.to_vec(), Distribution::Uniform(lo, hi), &mut rng)
+}
+
+/// Integer data of `shape`, uniform in `[lo, hi)`, from `seed`.
+fn rand_i(shape: &[usize], lo: i64, hi: i64, seed: u64) -> TensorData {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n = shape.iter().product();
+    let v: Vec<i64> = (0..n).map(|_| rng.random_range(lo..hi)).collect();
+    TensorData::new(v, shape.to_vec())
+}
+
+/// Boolean data of `shape`, true with probability `p`, from `seed`.
+fn rand_b(shape: &[usize], p: f64, seed: u64) -> TensorData {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n = shape.iter().product();
+    let v: Vec<bool> = (0..n).map(|_| rng.random_bool(p)).collect();
+    TensorData::new(v, shape.to_vec())
+}
 
 /// Largest difference between two float tensors' values, relative to `1 + |reference|`.
 fn worst(a: TensorData, b: TensorData) -> f64 {
@@ -56,7 +95,6 @@ fn assert_close(what: &str, a: TensorData, b: TensorData, tol: f64) {
 
 /// A float tensor on each backend, tracked for gradients.
 fn pair<const D: usize>(shape: [usize; D], seed: u64) -> (Tensor<MlxAd, D>, Tensor<NdAd, D>) {
-    fused();
     let data = rand_f(&shape, (-2.0, 2.0), seed);
     (
         Tensor::from_data(data.clone(), &MD).require_grad(),
@@ -73,6 +111,7 @@ fn weighted_sum<B: Backend, const D: usize>(y: Tensor<B, D>, seed: u64) -> Tenso
 
 #[test]
 fn layer_norm_and_rms_norm_match_burn_nn() {
+    let _alone = setup();
     // [8, 600, 16]: 4,800 rows, whose weight and bias gradients are summed in two passes.
     for (shape, bias) in [
         ([2, 5, 16], true),
@@ -148,6 +187,7 @@ fn assert_qkv_grads_close(
 
 #[test]
 fn attention_matches_composed_attention() {
+    let _alone = setup();
     // Grouped-query ratios 1, 2 and 4, with and without a mask, head dims 8 and 16 (ratio 1 is
     // the fused op's own backward, the others MLX's product).
     for (heads, kv_heads, d, masked) in [
@@ -181,10 +221,11 @@ fn attention_matches_composed_attention() {
 }
 
 /// Attention in bf16, whose backward recomputes the probabilities (an f32 call of these sizes keeps
-/// them from its forward pass instead), against burn-ndarray's in f32 on the same bf16-rounded
+/// them from its forward pass instead), against burn-ndarray's (f64) on the same bf16-rounded
 /// inputs, within bf16's tolerance.
 #[test]
 fn attention_in_bf16_recomputes_its_probabilities() {
+    let _alone = setup();
     let (b, h, lq, lk, d) = (2, 4, 5, 7, 16);
     let bf16 = |seed| {
         let data = rand_f(&[b, h, lq.max(lk), d], (-2.0, 2.0), seed);
@@ -192,7 +233,6 @@ fn attention_in_bf16_recomputes_its_probabilities() {
         let m = Tensor::<MlxAd, 4>::from_data(rounded.clone(), &MD).require_grad();
         (m, Tensor::<NdAd, 4>::from_data(rounded, &ND).require_grad())
     };
-    fused();
     let (qm, qn) = bf16(60);
     let (km, kn) = bf16(61);
     let (vm, vn) = bf16(62);
@@ -238,6 +278,7 @@ fn attention_in_bf16_recomputes_its_probabilities() {
 /// positions), for grouped-query ratios 1 and 4.
 #[test]
 fn causal_attention_matches_masked_attention() {
+    let _alone = setup();
     for (heads, kv_heads, lq, lk) in [(4, 4, 6, 6), (8, 2, 6, 6), (4, 4, 3, 7), (8, 2, 1, 5)] {
         let (b, d) = (2, 16);
         let (qm, qn) = pair([b, heads, lq, d], 30);
@@ -270,6 +311,7 @@ fn causal_attention_matches_masked_attention() {
 /// both input gradients.
 #[test]
 fn swiglu_matches_burn_silu_times_up() {
+    let _alone = setup();
     let (gm_in, gn_in) = pair([5, 12], 40);
     let (um, un) = pair([5, 12], 41);
     let ym = functional::swiglu(gm_in.clone(), um.clone());
@@ -289,6 +331,7 @@ fn swiglu_matches_burn_silu_times_up() {
 
 #[test]
 fn cross_entropy_matches_burn_nn() {
+    let _alone = setup();
     let (lm, ln) = pair([6, 11], 20);
     let targets = rand_i(&[6], 0, 11, 21);
     let tm = Tensor::<MlxAd, 1, Int>::from_data(targets.clone(), &MD);
@@ -312,7 +355,7 @@ fn cross_entropy_matches_burn_nn() {
 /// f32 (the gradient then rounded to bf16), against burn-nn's f32 loss of the same rounded values.
 #[test]
 fn cross_entropy_f32_of_bf16_logits_matches_burn_nn() {
-    fused();
+    let _alone = setup();
     let data = rand_f(&[7, 300], (-6.0, 6.0), 22);
     let targets = rand_i(&[7], 0, 300, 23);
     let lm = Tensor::<MlxAd, 2>::from_data(data, &MD)
@@ -351,7 +394,7 @@ struct Logits<B: Backend> {
 /// `mlx_custom_vjp`; also from bf16 logits.
 #[test]
 fn weighted_cross_entropy_is_the_mean_over_its_rows() {
-    fused();
+    let _alone = setup();
     let data = rand_f(&[7, 300], (-6.0, 6.0), 24);
     let targets = rand_i(&[7], 0, 300, 25);
     let rows = [0i64, 2, 3, 5];
@@ -564,18 +607,15 @@ fn gradients<B: AutodiffBackend, M: Module<B>>(
 }
 
 /// A burn-nn model on burn-ndarray and the fused model on `Autodiff<Mlx>` with the same weights,
-/// moved through burn-nn's record.
+/// moved through burn-nn's record. The record holds f32 values and both models are loaded from
+/// it, so that the f64 reference holds exactly the fused model's parameters.
 fn models(norm_first: bool, seed: u64) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
-    fused();
-    let nn = {
-        let _rng = crate::common::ndarray_rng::ndarray_rng();
-        NdAd::seed(&ND, seed);
-        let nn = NnLm::<NdAd>::new(norm_first, &ND);
-        parameters(&nn);
-        nn
-    };
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let bytes = recorder.record(nn.clone().into_record(), ()).unwrap();
+    NdAd::seed(&ND, seed);
+    let drawn = NnLm::<NdAd>::new(norm_first, &ND);
+    let bytes = recorder.record(drawn.into_record(), ()).unwrap();
+    let nn =
+        NnLm::<NdAd>::new(norm_first, &ND).load_record(recorder.load(bytes.clone(), &ND).unwrap());
     let record = recorder
         .load(bytes, &MD)
         .expect("burn-nn's record loads into the fused model");
@@ -587,6 +627,7 @@ fn models(norm_first: bool, seed: u64) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
 
 #[test]
 fn fused_encoder_matches_burn_nn_with_masks() {
+    let _alone = setup();
     for norm_first in [false, true] {
         let (fused, nn) = models(norm_first, 31);
         let (tm, pm) = batch::<MlxAd>(32, &MD);
@@ -612,21 +653,19 @@ fn fused_encoder_matches_burn_nn_with_masks() {
 
 #[test]
 fn records_load_both_ways() {
+    let _alone = setup();
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let (fused, nn) = models(false, 41);
     // Fused → burn-nn: the fused model's record loads into a burn-nn model with the same values.
     let bytes = recorder.record(fused.clone().into_record(), ()).unwrap();
-    let back: NnLm<NdAd> = {
-        let _rng = crate::common::ndarray_rng::ndarray_rng();
-        NnLm::<NdAd>::new(false, &ND).load_record(recorder.load(bytes, &ND).unwrap())
-    };
+    let back: NnLm<NdAd> =
+        { NnLm::<NdAd>::new(false, &ND).load_record(recorder.load(bytes, &ND).unwrap()) };
     let (a, b) = (parameters(&back), parameters(&nn));
     assert_eq!(a.len(), b.len());
     for (x, y) in a.into_iter().zip(b) {
         assert_eq!(x.convert::<f32>(), y.convert::<f32>());
     }
     // And the fused config's init draws burn-nn's weights: the same seed, the same encoder.
-    let _rng = crate::common::ndarray_rng::ndarray_rng();
     NdAd::seed(&ND, 42);
     // (Burn draws a parameter's initial values when it is first read.)
     let ours =
@@ -643,11 +682,11 @@ fn records_load_both_ways() {
 
 #[test]
 fn other_backends_compute_exactly_what_burn_nn_does() {
+    let _alone = setup();
     let (fused_mlx, nn) = models(true, 51);
     let fused_nd: FusedLm<NdAd> = {
         let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
         let bytes = recorder.record(fused_mlx.into_record(), ()).unwrap();
-        let _rng = crate::common::ndarray_rng::ndarray_rng();
         FusedLm::<NdAd>::new(true, &ND).load_record(recorder.load(bytes, &ND).unwrap())
     };
     let (t, p) = batch::<NdAd>(52, &ND);
@@ -694,6 +733,7 @@ where
 
 #[test]
 fn adam_training_tracks_burn_nn_and_overlap_changes_nothing() {
+    let _alone = setup();
     for norm_first in [false, true] {
         let (fused, nn) = models(norm_first, 61);
         let ours = train(
@@ -735,6 +775,7 @@ fn adam_training_tracks_burn_nn_and_overlap_changes_nothing() {
 
 #[test]
 fn adamw_tracks_burn_optim() {
+    let _alone = setup();
     let (fused, nn) = models(true, 71);
     let config = burn_mlx::optim::AdamWConfig::new().with_weight_decay(0.05);
     let ours = train(
@@ -806,6 +847,7 @@ fn optimized<B: AutodiffBackend, O: Optimizer<Quadratic<B>, B>>(
 /// a GPU it checks nothing and says so.
 #[test]
 fn optimizer_update_on_the_gpu_matches_burn_optim() {
+    let _alone = setup();
     if !MlxDevice::gpu_available() {
         println!("no MLX GPU here: the CUDA update kernel is checked on a GPU machine");
         return;
