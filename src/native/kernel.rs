@@ -230,6 +230,24 @@ impl Drop for CudaKernel {
     }
 }
 
+/// Whether MLX ops made now run on MLX's CUDA device: the thread's default stream is on the GPU,
+/// on Linux (where MLX's GPU backend is CUDA).
+pub(crate) fn default_stream_on_cuda() -> bool {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: the device handle is created, read and freed here; the stream is live.
+    unsafe {
+        let mut device = mlx_sys::mlx_device_new();
+        let mut kind = mlx_sys::mlx_device_type__MLX_CPU;
+        let ok = mlx_sys::mlx_stream_get_device(&mut device, stream.as_ptr()) == 0
+            && mlx_sys::mlx_device_get_type(&mut kind, device) == 0;
+        mlx_sys::mlx_device_free(device);
+        ok && kind == mlx_sys::mlx_device_type__MLX_GPU
+    }
+}
+
 /// Runs `f` on the kernel `name` of this thread, made on first use from `source()` and `header`
 /// (MLX compiles it on its first launch in the process). Kernels are made per thread because
 /// MLX's graph building is per thread.
