@@ -54,6 +54,7 @@ mod attention;
 pub(crate) mod custom;
 pub mod functional;
 mod norm;
+mod norm_cuda;
 mod transformer;
 
 pub use attention::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};

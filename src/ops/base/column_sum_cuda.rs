@@ -119,8 +119,18 @@ pub(super) fn column_sum(
     .map_err(launch_error)?
     .pop()
     .expect("one output");
-    let n = outer * inner;
-    let out_shape = dims([outer, 1, inner]);
+    column_totals(&part)
+}
+
+/// The column totals of `part` (f32 `[outer, groups, inner]`, row-contiguous) over its groups,
+/// as `[outer, 1, inner]` f32, in a fixed order, on the thread's default stream (which must be
+/// MLX's CUDA device): the second pass of [`column_sum`] and of other kernels that write
+/// partial sums per group of rows.
+pub(crate) fn column_totals(part: &Array) -> Result<Array, Exception> {
+    let shape = part.shape();
+    let (outer, inner) = (shape[0], shape[2]);
+    let n = (outer * inner) as usize;
+    let out_shape = [outer, 1, inner];
     Ok(with_kernel(
         "burn_mlx_column_totals",
         &["part"],
@@ -129,7 +139,7 @@ pub(super) fn column_sum(
         "",
         |k| {
             k.apply(
-                &[&part],
+                &[part],
                 &[(&out_shape, Dtype::Float32)],
                 &[],
                 [(n.div_ceil(256) * 256) as i32, 1, 1],

@@ -11,7 +11,7 @@
 //! them `base::name`.
 
 mod arith;
-mod column_sum_cuda;
+pub(crate) mod column_sum_cuda;
 mod create;
 mod index;
 mod layout;
