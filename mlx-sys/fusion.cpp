@@ -18,9 +18,10 @@
 //    the wiring, no data) and hand a function that replays the recipe on new inputs to
 //    `mlx::core::compile`. MLX traces it once, simplifies and fuses it, and caches the result.
 // 5. Later graphs with the same structure are checked node by node against the recipe (same
-//    primitive class and `is_equivalent` parameters, same stream) and evaluated through the
-//    compiled function: each output array of the original graph becomes a `Copy` (a buffer
-//    share, no kernel) of the matching compiled output, and MLX evaluates those. A graph whose
+//    primitive class and `is_equivalent` parameters, or for custom kernels their state, see
+//    `equivalent`; same stream) and evaluated through the compiled function: each output array
+//    of the original graph becomes a `Copy` (a buffer share, no kernel) of the matching
+//    compiled output, and MLX evaluates those. A graph whose
 //    top (see `fingerprint`) was last evaluated through a compiled structure skips steps 1-3:
 //    one walk compares it with that structure's recipe as it goes (`verify`) and records
 //    nothing; only if it differs is it walked in full.
@@ -53,12 +54,34 @@
 #include "mlx/c/array.h"
 #include "mlx/c/private/array.h"
 #include "mlx/compile.h"
+#include "mlx/fast_primitives.h"
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
 namespace mx = mlx::core;
 
 namespace {
+
+// Whether two primitives compute the same function of their inputs: MLX's `is_equivalent`, and
+// for MLX's custom kernels, which do not implement it (MLX 0.32), their whole state but the
+// compile options: name, source, grid, thread group, output layouts and scalars. burn-mlx's
+// own kernels (column sums, layer norm's backward, the Adam update) derive their launch from
+// their inputs' shapes, so a recurring step's kernels compare equal and the step can be fused.
+bool equivalent(const mx::Primitive& a, const mx::Primitive& b) {
+  if (std::strcmp(a.name(), "CustomKernel") != 0) {
+    return a.is_equivalent(b);
+  }
+  if (std::strcmp(b.name(), "CustomKernel") != 0) {
+    return false;
+  }
+  const auto sa = static_cast<const mx::fast::CustomKernel&>(a).state();
+  const auto sb = static_cast<const mx::fast::CustomKernel&>(b).state();
+  return std::get<0>(sa) == std::get<0>(sb) && std::get<1>(sa) == std::get<1>(sb) &&
+      std::get<2>(sa) == std::get<2>(sb) && std::get<3>(sa) == std::get<3>(sb) &&
+      std::get<4>(sa) == std::get<4>(sb) && std::get<5>(sa) == std::get<5>(sb) &&
+      std::get<6>(sa) == std::get<6>(sb) && std::get<7>(sa) == std::get<7>(sb) &&
+      std::get<8>(sa) == std::get<8>(sb) && std::get<9>(sa) == std::get<9>(sb);
+}
 
 // A value of a recorded graph: input `index` (node < 0), or output `index` of node `node`.
 struct Ref {
@@ -343,7 +366,7 @@ Walked walk(const std::vector<mx::array>& roots, Graph& g) {
         return Walked::Unfusable;
       }
       auto& primitive = a.primitive();
-      if (is_collective(primitive.name()) || !primitive.is_equivalent(primitive) ||
+      if (is_collective(primitive.name()) || !equivalent(primitive, primitive) ||
           std::strncmp(primitive.name(), "Compiled", 8) == 0) {
         if (debug()) {
           std::fprintf(stderr, "burn-mlx fusion: not fused, primitive %s\n", primitive.name());
@@ -479,7 +502,7 @@ bool matches(const Graph& g, const Recipe& recipe) {
     const mx::Primitive& pa = *a.primitive;
     const mx::Primitive& pb = *b.primitive;
     if (typeid(pa) != typeid(pb) || std::strcmp(pa.name(), pb.name()) != 0 ||
-        a.primitive->stream() != b.primitive->stream() || !pa.is_equivalent(pb)) {
+        a.primitive->stream() != b.primitive->stream() || !equivalent(pa, pb)) {
       return false;
     }
   }
@@ -561,7 +584,7 @@ bool verify(
           return false;
         }
       }
-      if (!p.is_equivalent(q)) {
+      if (!equivalent(p, q)) {
         return false;
       }
       refs.insert(top.id(), Ref{static_cast<int32_t>(n), 0});
