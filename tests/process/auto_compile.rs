@@ -373,3 +373,45 @@ fn a_recognized_structure_is_not_taken_for_another_with_the_same_top() {
     assert_eq!(gained.fused, 9, "{gained:?}");
     assert_eq!(gained.recognized, 6, "{gained:?}");
 }
+
+/// On MLX's CUDA device a recurring graph that holds one of burn-mlx's custom kernels (the
+/// column sum of a bias-like gradient, 8,192 rows) is compiled and fused like any other, with
+/// plain evaluation's values: MLX's custom kernels do not implement `is_equivalent`, and the pass
+/// compares them by their state instead. Without a CUDA GPU this checks nothing and says so.
+#[test]
+fn a_graph_holding_a_custom_kernel_is_fused_on_the_gpu() {
+    let _turn = exclusive();
+    if !MlxDevice::gpu_available() || !cfg!(target_os = "linux") {
+        println!("no CUDA GPU here: fusion around custom kernels is checked on a GPU machine");
+        return;
+    }
+    let device = MlxDevice::Gpu;
+    let default = auto::threshold(device);
+    let x = Tensor::<Mlx, 2>::random([8192, 64], Distribution::Default, &device);
+    let run = |threshold: u32| -> (Vec<TensorData>, FusionStats) {
+        auto::set_threshold(device, threshold);
+        let before = auto::stats();
+        let sums = (0..6)
+            .map(|i| {
+                // Enough primitives for the pass (it leaves graphs of fewer than 16 to MLX).
+                let mut y = x.clone() + i as f64;
+                for _ in 0..8 {
+                    y = (y * 0.5).tanh() + 0.25;
+                }
+                (y.sum_dim(0) * 0.5 - 3.0).into_data()
+            })
+            .collect();
+        (sums, since(before))
+    };
+    let (plain, _) = run(0);
+    let (fused, gained) = run(1);
+    auto::set_threshold(device, default);
+    assert!(
+        gained.compiled >= 1 && gained.fused >= 1,
+        "the graph should be compiled and run fused: {gained:?}"
+    );
+    assert_eq!(gained.failed, 0, "{gained:?}");
+    for (a, b) in plain.iter().zip(&fused) {
+        a.assert_approx_eq::<f32>(b, Tolerance::relative(1e-5));
+    }
+}
