@@ -1,6 +1,7 @@
 //! [`MultiHeadAttention`]: burn-nn's attention layer over MLX's fused attention.
 
 use super::functional;
+use super::self_attention::self_attention;
 use burn_core as burn;
 
 use burn::config::Config;
@@ -51,7 +52,10 @@ impl MultiHeadAttentionConfig {
 ///
 /// On `Mlx` and `Autodiff<Mlx>` the attention itself (scores, masks, softmax, weighted sum) is
 /// MLX's fused scaled-dot-product attention, forward and backward
-/// ([`functional::attention`]); the four projections are burn-nn's `Linear`. The attention
+/// ([`functional::attention`]); the four projections are burn-nn's `Linear`. When training in
+/// f32 on self-attention input ([`MhaInput::self_attn`]), the query, key and value projections
+/// and the attention are one op instead, whose projection is one GEMM over the three weights
+/// joined, forward and backward (`nn/self_attention.rs`). The attention
 /// weights are then never formed, and [`MhaOutput::weights`] is `None`. burn-nn's computation
 /// runs instead, with the weights, on other backends, with dropout during training
 /// (`dropout > 0` on an autodiff backend) and with `quiet_softmax`.
@@ -126,12 +130,17 @@ pub struct MhaInput<B: Backend> {
     value: Tensor<B, 3>,
     mask_pad: Option<Tensor<B, 2, Bool>>,
     mask_attn: Option<Tensor<B, 3, Bool>>,
+    /// Made by [`MhaInput::self_attn`]: the query, key and value are one tensor.
+    self_attention: bool,
 }
 
 impl<B: Backend> MhaInput<B> {
     /// Self-attention: `tensor` `[batch, seq, d_model]` is the query, key and value.
     pub fn self_attn(tensor: Tensor<B, 3>) -> Self {
-        Self::new(tensor.clone(), tensor.clone(), tensor)
+        Self {
+            self_attention: true,
+            ..Self::new(tensor.clone(), tensor.clone(), tensor)
+        }
     }
 
     /// Query `[batch, seq_q, d_model]`, key and value `[batch, seq_k, d_model]`.
@@ -142,6 +151,7 @@ impl<B: Backend> MhaInput<B> {
             value,
             mask_pad: None,
             mask_attn: None,
+            self_attention: false,
         }
     }
 
@@ -178,9 +188,6 @@ impl<B: Backend> MultiHeadAttention<B> {
         }
         let [batch, seq_q, d_model] = input.query.dims();
         let [_, seq_k, _] = input.key.dims();
-        let q = self.heads(input.query, &self.query);
-        let k = self.heads(input.key, &self.key);
-        let v = self.heads(input.value, &self.value);
         let pad = input.mask_pad.map(|m| m.reshape([batch, 1, 1, seq_k]));
         let attn = input.mask_attn.map(|m| m.reshape([batch, 1, seq_q, seq_k]));
         let mask = match (pad, attn) {
@@ -188,6 +195,27 @@ impl<B: Backend> MultiHeadAttention<B> {
             (p, a) => p.or(a),
         };
         let scale = 1.0 / (self.d_k as f64).sqrt();
+        if input.self_attention {
+            let context = self_attention(
+                &input.query,
+                &self.query,
+                &self.key,
+                &self.value,
+                self.n_heads,
+                mask.clone(),
+                scale,
+                self.min_float,
+            );
+            if let Some(context) = context {
+                return MhaOutput {
+                    weights: None,
+                    context: self.output.forward(context),
+                };
+            }
+        }
+        let q = self.heads(input.query, &self.query);
+        let k = self.heads(input.key, &self.key);
+        let v = self.heads(input.value, &self.value);
         let context = functional::attention(q, k, v, mask, scale, self.min_float)
             .swap_dims(1, 2)
             .reshape([batch, seq_q, d_model]);

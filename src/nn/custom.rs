@@ -340,7 +340,9 @@ fn apply_autodiff<C: CheckpointStrategy, B: Backend>(
         3 => node::<C, 3>(op, inputs),
         4 => node::<C, 4>(op, inputs),
         5 => node::<C, 5>(op, inputs),
-        n => unreachable!("fused ops take 1 to 5 differentiable inputs, not {n}"),
+        6 => node::<C, 6>(op, inputs),
+        7 => node::<C, 7>(op, inputs),
+        n => unreachable!("fused ops take 1 to 7 differentiable inputs, not {n}"),
     };
     cast(out)
 }

@@ -17,18 +17,24 @@ use mlx_rs::{fast, ops, Array};
 use std::sync::Arc;
 
 /// `tensor`'s float primitive.
-fn prim<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> burn_backend::tensor::FloatTensor<B> {
+pub(super) fn prim<B: Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+) -> burn_backend::tensor::FloatTensor<B> {
     tensor.into_primitive().tensor()
 }
 
 /// A float tensor of rank `D` from a primitive.
-fn wrap<B: Backend, const D: usize>(p: burn_backend::tensor::FloatTensor<B>) -> Tensor<B, D> {
+pub(super) fn wrap<B: Backend, const D: usize>(
+    p: burn_backend::tensor::FloatTensor<B>,
+) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
 /// A non-float tensor of `B` (the Bool or Int primitive of `Mlx` or `Autodiff<Mlx>`, which is
 /// the same `MlxTensor`) as an MLX tensor. `None` when `B` is not built on MLX.
-fn side_input<B: Backend, const D: usize, K>(tensor: Tensor<B, D, K>) -> Option<MlxTensor>
+pub(super) fn side_input<B: Backend, const D: usize, K>(
+    tensor: Tensor<B, D, K>,
+) -> Option<MlxTensor>
 where
     K: burn_tensor::TensorKind<B> + burn_tensor::BasicOps<B>,
     K::Primitive: 'static,
@@ -142,7 +148,7 @@ impl FusedOp for LayerNormOp {
 /// `a` `[…, d]` summed over every axis but the last, in two passes where MLX's one column
 /// reduction would use too few thread blocks, as a `[d]` array of `dtype`: the gradient of a
 /// normalization's weight or bias.
-fn column_sum(a: &Array, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
+pub(super) fn column_sum(a: &Array, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
     // In f32 throughout, rounded to `dtype` once (a half-precision `a` would otherwise be
     // rounded to its own dtype first).
     crate::ops::base::sum_leading_axes(&a.as_dtype(mlx_rs::Dtype::Float32)?, true)?.as_dtype(dtype)
@@ -442,8 +448,33 @@ fn causal_bias(sq: i32, sk: i32, dtype: mlx_rs::Dtype) -> Result<Array, Exceptio
     additive_mask(&keys.gt(&queries)?, f64::from(f32::MIN), dtype)
 }
 
+/// The attention probabilities `softmax(q·scale·kᵀ + mask)` from MLX ops, with the additive
+/// `mask` where given and the causal bias when `causal`, and the scale as a 0-d array of q's
+/// dtype.
+pub(super) fn probabilities(
+    q: &Array,
+    k: &Array,
+    mask: Option<&Array>,
+    causal: bool,
+    scale: f32,
+) -> Result<(Array, Array), Exception> {
+    let scale = constant_scalar_array(Scalar::Float(scale as f64), q.dtype());
+    let mut scores = q.multiply(&scale)?.matmul(&k.swap_axes(-1, -2)?)?;
+    if let Some(mask) = mask {
+        scores = scores.add(mask)?;
+    }
+    if causal {
+        scores = scores.add(causal_bias(q.shape()[2], k.shape()[2], q.dtype())?)?;
+    }
+    Ok((ops::softmax_axis(&scores, -1, true)?, scale))
+}
+
 /// A boolean mask (true = hidden) as an additive one in `dtype`: `fill` where hidden, else 0.
-fn additive_mask(hidden: &Array, fill: f64, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
+pub(super) fn additive_mask(
+    hidden: &Array,
+    fill: f64,
+    dtype: mlx_rs::Dtype,
+) -> Result<Array, Exception> {
     let fill = constant_scalar_array(Scalar::Float(fill), dtype);
     let zero = constant_scalar_array(Scalar::Float(0.0), dtype);
     ops::select(hidden, &fill, &zero)
@@ -483,20 +514,29 @@ const KEPT_PROBABILITIES_MAX: usize = 1 << 26;
 /// 32 (six layers, 8 heads, sequence 256: 67 MB a layer) ran about 1.3 ms of its 17 ms of
 /// kernels in the recomputation. `BURN_MLX_ATTENTION_KEEP=0` recomputes always (A/B runs).
 fn keeps_probabilities<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>) -> bool {
+    let [b, h, sq, _] = q.dims();
+    let [_, hk, sk, _] = k.dims();
+    h == hk && keeps_probabilities_of::<B>(&q.device(), q.dtype(), b * h * sq * sk)
+}
+
+/// [`keeps_probabilities`] for attention on `device` in `dtype` with as many key heads as query
+/// heads, over `probabilities` (`batch · heads · seq_q · seq_k`).
+pub(super) fn keeps_probabilities_of<B: Backend>(
+    device: &B::Device,
+    dtype: DType,
+    probabilities: usize,
+) -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if *OFF.get_or_init(|| std::env::var("BURN_MLX_ATTENTION_KEEP").as_deref() == Ok("0")) {
         return false;
     }
-    let any: &dyn std::any::Any = &q.device();
+    let any: &dyn std::any::Any = device;
     let metal = cfg!(target_os = "macos")
         && any.downcast_ref::<crate::MlxDevice>() == Some(&crate::MlxDevice::Gpu);
-    let [b, h, sq, _] = q.dims();
-    let [_, hk, sk, _] = k.dims();
-    B::ad_enabled(&q.device())
+    B::ad_enabled(device)
         && !metal
-        && q.dtype() == DType::F32
-        && h == hk
-        && b * h * sq * sk <= KEPT_PROBABILITIES_MAX
+        && dtype == DType::F32
+        && probabilities <= KEPT_PROBABILITIES_MAX
 }
 
 impl AttentionOp {
@@ -526,15 +566,7 @@ impl AttentionOp {
         k: &Array,
         mask: Option<&Array>,
     ) -> Result<(Array, Array), Exception> {
-        let scale = constant_scalar_array(Scalar::Float(self.scale as f64), q.dtype());
-        let mut scores = q.multiply(&scale)?.matmul(&k.swap_axes(-1, -2)?)?;
-        if let Some(mask) = mask {
-            scores = scores.add(mask)?;
-        }
-        if self.causal {
-            scores = scores.add(causal_bias(q.shape()[2], k.shape()[2], q.dtype())?)?;
-        }
-        Ok((ops::softmax_axis(&scores, -1, true)?, scale))
+        probabilities(q, k, mask, self.causal, self.scale)
     }
 
     /// The op on `q`, `k`, `v` where fused ops run (`None` elsewhere).
@@ -622,14 +654,31 @@ impl FusedOp for AttentionOp {
                 (p, o, scale)
             }
         };
-        let dv = p.swap_axes(-1, -2)?.matmul(g)?;
-        let dp = g.matmul(&v.swap_axes(-1, -2)?)?;
-        let row = g.multiply(&o)?.sum_axis(-1, true)?;
-        let ds = p.multiply(&dp.subtract(&row)?)?;
-        let dq = ds.matmul(k)?.multiply(&scale)?;
-        let dk = ds.swap_axes(-1, -2)?.matmul(q)?.multiply(&scale)?;
-        Ok(vec![dq, dk, dv])
+        Ok(attention_grads(&p, &o, q, k, v, g, &scale)?.to_vec())
     }
+}
+
+/// The gradients `[dq, dk, dv]` of attention `o = p·v`, `p = softmax(q·kᵀ·scale + mask)`, for
+/// the output's cotangent `g`, from the probabilities `p` and the output `o`: `dv = pᵀ·g`,
+/// `dp = g·vᵀ`, `ds = p·(dp - rowsum(g·o))·scale`, `dq = ds·k`, `dk = dsᵀ·q`. The scale rides
+/// in `ds`'s elementwise kernel, so neither `dq` nor `dk` takes a pass of its own. `scale` is a
+/// 0-d array of q's dtype.
+pub(super) fn attention_grads(
+    p: &Array,
+    o: &Array,
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    g: &Array,
+    scale: &Array,
+) -> Result<[Array; 3], Exception> {
+    let dv = p.swap_axes(-1, -2)?.matmul(g)?;
+    let dp = g.matmul(&v.swap_axes(-1, -2)?)?;
+    let row = g.multiply(o)?.sum_axis(-1, true)?;
+    let ds = p.multiply(&dp.subtract(&row)?)?.multiply(scale)?;
+    let dq = ds.matmul(k)?;
+    let dk = ds.swap_axes(-1, -2)?.matmul(q)?;
+    Ok([dq, dk, dv])
 }
 
 /// The mean cross-entropy of `logits` `[batch, classes]` against class indices `targets`

@@ -55,6 +55,7 @@ pub(crate) mod custom;
 pub mod functional;
 mod norm;
 mod norm_cuda;
+mod self_attention;
 mod transformer;
 
 pub use attention::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
