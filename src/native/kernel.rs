@@ -34,8 +34,8 @@ pub(crate) struct CudaKernel {
 
 impl CudaKernel {
     /// A kernel named `name` over `inputs` and `outputs` (the names the body uses), with `header`
-    /// (helper functions) placed before it. Inputs are used in their own layout: the body must
-    /// read them row-contiguous, which the callers ensure.
+    /// (helper functions) placed before it. The body reads every input row-contiguous: MLX
+    /// copies an input that is not (the kernel is made with `ensure_row_contiguous`).
     pub(crate) fn new(
         name: &str,
         inputs: &[&str],

@@ -1,19 +1,28 @@
-//! [`Adam`] and [`AdamW`]: burn-optim's optimizers whose update of a parameter is one kernel.
+//! [`Adam`] and [`AdamW`]: burn-optim's optimizers whose update of a bucket of parameters is one
+//! kernel.
 //!
 //! Burn's Adam updates each parameter with about fourteen tensor ops (two moments, the bias
 //! corrections, the square root, the division, the step). On a GPU each is a kernel launch and host
 //! work, and over a model's parameters the optimizer is half of a Transformer training step's MLX
 //! primitives. This Adam computes the same update, in the same order of operations, as one
-//! primitive per parameter writing the parameter and both moments: a custom CUDA kernel on MLX's
-//! CUDA device (`cuda.rs`, where MLX's compiled function runs as four kernels), an MLX-compiled
-//! function elsewhere. It is burn-optim's Adam in every other respect: the same config fields and
-//! defaults, the same state record (`AdamState`, so optimizer checkpoints load into either), usable
-//! wherever an `Optimizer` is, burn-train's `Learner` included. On backends other than `Mlx` (and
-//! on MLX's CPU device, unless [`crate::nn::fuse_on_cpu`] is on) it is burn-optim's Adam.
+//! primitive per bucket of up to 32 parameters (of one device, dtype and step number), writing
+//! the parameters and both moments: a custom CUDA kernel on MLX's CUDA device (`cuda.rs`, where
+//! MLX's compiled function runs as four kernels per parameter), an MLX-compiled function
+//! elsewhere. [`AdamConfig::init`] gives the optimizer as a [`FusedAdaptor`], which collects the
+//! parameters of a step into buckets; [`AdamConfig::build`] gives the per-parameter
+//! `SimpleOptimizer` (a bucket of one each), for burn-optim's own adaptor or
+//! [`crate::grad::Trainer`]. It is burn-optim's Adam in every other respect: the same config
+//! fields and defaults, the same state record (`AdamState` in burn-optim's adaptor record, so
+//! optimizer checkpoints load into either), usable wherever an `Optimizer` is, burn-train's
+//! `Learner` included. On backends other than `Mlx` (and on MLX's CPU device, unless
+//! [`crate::nn::fuse_on_cpu`] is on) it is burn-optim's Adam.
 
 use burn_core as burn;
 
+mod adaptor;
 mod cuda;
+
+pub use adaptor::FusedAdaptor;
 
 use crate::backend::Mlx;
 use crate::device::MlxDevice;
@@ -23,7 +32,6 @@ use crate::tensor::{constant_scalar_array, MlxTensor, OrPanic};
 use burn_backend::Scalar;
 use burn_core::config::Config;
 use burn_core::module::AutodiffModule;
-use burn_optim::adaptor::OptimizerAdaptor;
 use burn_optim::decay::WeightDecayConfig;
 use burn_optim::grad_clipping::GradientClippingConfig;
 use burn_optim::{AdamState, AdamWState, AdaptiveMomentumState, LearningRate, SimpleOptimizer};
@@ -54,8 +62,9 @@ pub struct AdamConfig {
 }
 
 impl AdamConfig {
-    /// The optimizer, for modules `M` on autodiff backend `B`.
-    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> OptimizerAdaptor<Adam, M, B> {
+    /// The optimizer, for modules `M` on autodiff backend `B`: the parameters' updates run in
+    /// buckets ([`FusedAdaptor`]).
+    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> FusedAdaptor<Adam, M, B> {
         adaptor(self.build(), self.grad_clipping.as_ref())
     }
 
@@ -96,15 +105,54 @@ thread_local! {
     static UPDATE: RefCell<[Option<ArrayFn>; 2]> = const { RefCell::new([None, None]) };
 }
 
-/// Which compiled update [`run_update`] calls.
-#[derive(Clone, Copy)]
+/// Which update rule a step runs.
+#[derive(Clone, Copy, Debug)]
 enum Rule {
     Adam = 0,
     AdamW = 1,
 }
 
-/// The moments of a parameter's state (zeros before the first step, which gives exactly
-/// burn-optim's first step, `(1 - beta) · g`) and the step number.
+impl Rule {
+    /// The number of scalars the rule's update takes.
+    fn scalars(self) -> usize {
+        match self {
+            Rule::Adam => 8,
+            Rule::AdamW => 9,
+        }
+    }
+}
+
+/// An optimizer whose update [`FusedAdaptor`] runs for buckets of parameters: [`Adam`] and
+/// [`AdamW`]. The methods are the adaptor's view of the optimizer.
+pub trait Bucketed<B: Backend>: SimpleOptimizer<B> {
+    /// Whether the parameter `tensor`, with `state`, takes the bucketed update (`B` is `Mlx`
+    /// on a device where fused ops run, and the state is not AMSGrad's).
+    fn bucketed<const D: usize>(tensor: &Tensor<B, D>, state: Option<&Self::State<D>>) -> bool;
+
+    /// The moments of a parameter's state.
+    fn into_momentum<const D: usize>(state: Self::State<D>) -> AdaptiveMomentumState<B, D>;
+
+    /// The state holding `momentum`.
+    fn from_momentum<const D: usize>(momentum: AdaptiveMomentumState<B, D>) -> Self::State<D>;
+
+    /// The update of a step at learning rate `lr` for parameters at step number `time`.
+    fn update_rule(&self, lr: LearningRate, time: usize) -> UpdateRule;
+}
+
+/// A step's update rule and its scalars (see [`Bucketed::update_rule`]).
+#[derive(Clone, Debug)]
+pub struct UpdateRule {
+    rule: Rule,
+    scalars: Vec<f32>,
+}
+
+/// `p`'s shape and dtype filled with zeros: the moments before a parameter's first step, which
+/// give exactly burn-optim's first step, `(1 - beta) · g`.
+fn zeros_like(p: &MlxTensor) -> MlxTensor {
+    p.with(mlx_rs::ops::zeros_like(p.array()).or_panic("Adam", &[p.array()]))
+}
+
+/// The moments of a parameter's state (zeros before the first step) and the step number.
 fn moments<B: Backend, const D: usize>(
     p: &MlxTensor,
     state: Option<AdaptiveMomentumState<B, D>>,
@@ -113,15 +161,15 @@ fn moments<B: Backend, const D: usize>(
     match state {
         Some(s) => (s.time + 1, as_mlx(s.moment_1), as_mlx(s.moment_2)),
         None => {
-            let zeros = p.with(mlx_rs::ops::zeros_like(p.array()).or_panic("Adam", &[p.array()]));
+            let zeros = zeros_like(p);
             (1, zeros.clone(), zeros)
         }
     }
 }
 
-/// Whether the update runs as [`cuda::update`]'s kernel for `p`: on MLX's CUDA device (Linux GPU),
-/// for a float parameter with values (fewer than the `i32` grid's 2^31 - 256), unless
-/// `BURN_MLX_ADAM_KERNEL=0` (read once) selects the compiled MLX function there too.
+/// Whether the update runs as [`cuda::update_bucket`]'s kernel for `p`: on MLX's CUDA device
+/// (Linux GPU), for a float parameter with values (fewer than the `i32` grid's 2^31 - 256),
+/// unless `BURN_MLX_ADAM_KERNEL=0` (read once) selects the compiled MLX function there too.
 fn cuda_kernel(p: &MlxTensor) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     cfg!(target_os = "linux")
@@ -131,20 +179,20 @@ fn cuda_kernel(p: &MlxTensor) -> bool {
         && *ON.get_or_init(|| std::env::var("BURN_MLX_ADAM_KERNEL").map_or(true, |v| v != "0"))
 }
 
-/// Runs the update `rule` on `[p, g, m, v]` and `scalars`: one CUDA kernel on MLX's CUDA device
-/// ([`cuda::update`]), elsewhere the compiled MLX function (scalars as 0-d arrays of `p`'s
-/// dtype). Returns the new parameter and moments.
-fn run_update(rule: Rule, arrays: [&MlxTensor; 4], scalars: &[f32]) -> [MlxTensor; 3] {
-    let [p, g, m, v] = arrays;
-    let dtype = p.array().dtype();
-    let device = p.device();
+/// Runs the update `rule` with `scalars` on a bucket of `[p, g, m, v]` (one device and dtype):
+/// one CUDA kernel on MLX's CUDA device ([`cuda::update_bucket`]), elsewhere one compiled MLX
+/// function (scalars as 0-d arrays of the parameters' dtype). Returns each parameter's new value
+/// and moments.
+fn run_bucket(rule: Rule, bucket: &[[&MlxTensor; 4]], scalars: &[f32]) -> Vec<[MlxTensor; 3]> {
+    let device = bucket[0][0].device();
+    let dtype = bucket[0][0].array().dtype();
+    let arrays: Vec<[&Array; 4]> = bucket.iter().map(|e| e.map(|t| t.array())).collect();
     let outputs = device.scope(|| {
-        if cuda_kernel(p) {
-            let arrays = [p.array(), g.array(), m.array(), v.array()];
-            return cuda::update(rule, arrays, scalars).map_err(|e| e.to_string());
+        if bucket.iter().all(|e| cuda_kernel(e[0])) {
+            return cuda::update_bucket(rule, &arrays, scalars).map_err(|e| e.to_string());
         }
-        let mut inputs: Vec<Array> = arrays.iter().map(|t| t.array().clone()).collect();
-        // Scalars made in the parameter's dtype: no cast primitive per scalar and step.
+        let mut inputs: Vec<Array> = arrays.iter().flatten().map(|&a| a.clone()).collect();
+        // Scalars made in the parameters' dtype: no cast primitive per scalar and step.
         inputs.extend(
             scalars
                 .iter()
@@ -153,17 +201,115 @@ fn run_update(rule: Rule, arrays: [&MlxTensor; 4], scalars: &[f32]) -> [MlxTenso
         UPDATE.with(|cell| {
             let mut fns = cell.borrow_mut();
             let f = fns[rule as usize].get_or_insert_with(|| match rule {
-                Rule::Adam => Box::new(mlx_rs::transforms::compile::compile(update, true)),
-                Rule::AdamW => Box::new(mlx_rs::transforms::compile::compile(update_w, true)),
+                Rule::Adam => Box::new(mlx_rs::transforms::compile::compile(update_each, true)),
+                Rule::AdamW => Box::new(mlx_rs::transforms::compile::compile(update_w_each, true)),
             });
-            f(&inputs).map_err(|e| e.to_string())
+            let flat = f(&inputs).map_err(|e| e.to_string())?;
+            let mut it = flat.into_iter();
+            Ok((0..bucket.len())
+                .map(|_| std::array::from_fn(|_| it.next().expect("three outputs a parameter")))
+                .collect())
         })
     });
-    let mut out = outputs
-        .or_panic("Adam update", &[p.array(), g.array(), m.array(), v.array()])
+    let refs: Vec<&Array> = arrays.iter().flatten().copied().collect();
+    outputs
+        .or_panic("Adam update", &refs)
         .into_iter()
-        .map(|a| MlxTensor::from_array(a, device));
-    std::array::from_fn(|_| out.next().expect("three outputs"))
+        .map(|out| out.map(|a| MlxTensor::from_array(a, device)))
+        .collect()
+}
+
+/// The new values and moments of `entries` under `optim`'s rule at learning rate `lr`, in their
+/// order: the entries of one device, dtype and step number in buckets of up to
+/// [`cuda::BUCKET_MAX`] parameters and [`cuda::BUCKET_VALUES_MAX`] values, one [`run_bucket`]
+/// each.
+fn update_buckets<B: Backend, O: Bucketed<B>>(
+    optim: &O,
+    lr: LearningRate,
+    entries: &[adaptor::Entry],
+) -> Vec<[MlxTensor; 3]> {
+    type Key = (MlxDevice, mlx_rs::Dtype, usize, bool);
+    // Open buckets by key, and every bucket's entries (indices) in order of opening.
+    let mut open: Vec<(Key, usize)> = Vec::new();
+    let mut buckets: Vec<(Key, Vec<usize>, usize)> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let key = (e.p.device(), e.p.array().dtype(), e.time, cuda_kernel(&e.p));
+        let size = e.p.array().size();
+        let slot = open.iter().position(|(k, _)| *k == key);
+        let fits = slot.is_some_and(|s| {
+            let (_, members, values) = &buckets[open[s].1];
+            members.len() < cuda::BUCKET_MAX && values + size <= cuda::BUCKET_VALUES_MAX
+        });
+        match (slot, fits) {
+            (Some(s), true) => {
+                let b = &mut buckets[open[s].1];
+                b.1.push(i);
+                b.2 += size;
+            }
+            (slot, _) => {
+                buckets.push((key, vec![i], size));
+                let index = buckets.len() - 1;
+                match slot {
+                    Some(s) => open[s].1 = index,
+                    None => open.push((key, index)),
+                }
+            }
+        }
+    }
+    let mut results: Vec<Option<[MlxTensor; 3]>> = (0..entries.len()).map(|_| None).collect();
+    for ((_, _, time, _), members, _) in buckets {
+        let rule = optim.update_rule(lr, time);
+        let bucket: Vec<[&MlxTensor; 4]> = members
+            .iter()
+            .map(|&i| {
+                let e = &entries[i];
+                [&e.p, &e.g, &e.m, &e.v]
+            })
+            .collect();
+        for (i, out) in members
+            .into_iter()
+            .zip(run_bucket(rule.rule, &bucket, &rule.scalars))
+        {
+            results[i] = Some(out);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every entry is in a bucket"))
+        .collect()
+}
+
+/// [`update`] for each parameter of a bucket: inputs `[p0, g0, m0, v0, p1, …, scalars…]`,
+/// outputs `[p0, m0, v0, p1, …]`.
+fn update_each(xs: &[Array]) -> Result<Vec<Array>, Exception> {
+    each(xs, Rule::Adam.scalars(), update)
+}
+
+/// [`update_w`] for each parameter of a bucket, as [`update_each`].
+fn update_w_each(xs: &[Array]) -> Result<Vec<Array>, Exception> {
+    each(xs, Rule::AdamW.scalars(), update_w)
+}
+
+/// `f` applied to each `[p, g, m, v]` of `xs` with the `scalars` last values of `xs`.
+fn each(
+    xs: &[Array],
+    scalars: usize,
+    f: fn(&[Array]) -> Result<Vec<Array>, Exception>,
+) -> Result<Vec<Array>, Exception> {
+    if xs.len() < scalars || (xs.len() - scalars) % 4 != 0 {
+        return Err(Exception::custom(format!(
+            "Adam update: {} inputs are not groups of 4 and {scalars} scalars",
+            xs.len()
+        )));
+    }
+    let (params, s) = xs.split_at(xs.len() - scalars);
+    let mut out = Vec::with_capacity(params.len() / 4 * 3);
+    for group in params.chunks(4) {
+        let mut args = group.to_vec();
+        args.extend_from_slice(s);
+        out.extend(f(&args)?);
+    }
+    Ok(out)
 }
 
 /// The update, with scalars as 0-d inputs so that one trace serves every step and setting:
@@ -240,19 +386,42 @@ fn fused_step<B: Backend, const D: usize>(
     let back = |t: MlxTensor| from_mlx::<B, D, burn_tensor::Float>(t).expect("B is Mlx");
     let (p, g) = (as_mlx(tensor), as_mlx(grad));
     let (time, m, v) = moments(&p, momentum);
-    let [p, m, v] = run_update(rule, [&p, &g, &m, &v], &scalars(time as i32));
+    let [p, m, v] = run_bucket(rule, &[[&p, &g, &m, &v]], &scalars(time as i32))
+        .pop()
+        .expect("one parameter");
     (back(p), AdaptiveMomentumState::new(time, back(m), back(v)))
 }
 
-/// burn-optim's adaptor around `optim`, with gradient clipping when configured.
-fn adaptor<O: SimpleOptimizer<B::InnerBackend>, B: AutodiffBackend, M: AutodiffModule<B>>(
+/// The bucketing adaptor around `optim`, with gradient clipping when configured.
+fn adaptor<O: Bucketed<B::InnerBackend>, B: AutodiffBackend, M: AutodiffModule<B>>(
     optim: O,
     clipping: Option<&GradientClippingConfig>,
-) -> OptimizerAdaptor<O, M, B> {
-    let optim = OptimizerAdaptor::from(optim);
+) -> FusedAdaptor<O, M, B> {
+    let optim = FusedAdaptor::new(optim);
     match clipping {
         Some(config) => optim.with_grad_clipping(config.init()),
         None => optim,
+    }
+}
+
+impl<B: Backend> Bucketed<B> for Adam {
+    fn bucketed<const D: usize>(tensor: &Tensor<B, D>, state: Option<&AdamState<B, D>>) -> bool {
+        fused_update(tensor, state.map(|s| &s.momentum))
+    }
+
+    fn into_momentum<const D: usize>(state: AdamState<B, D>) -> AdaptiveMomentumState<B, D> {
+        state.momentum
+    }
+
+    fn from_momentum<const D: usize>(momentum: AdaptiveMomentumState<B, D>) -> AdamState<B, D> {
+        AdamState::new(momentum)
+    }
+
+    fn update_rule(&self, lr: LearningRate, time: usize) -> UpdateRule {
+        UpdateRule {
+            rule: Rule::Adam,
+            scalars: self.scalars(lr, time as i32),
+        }
     }
 }
 
@@ -301,8 +470,9 @@ pub struct AdamWConfig {
 }
 
 impl AdamWConfig {
-    /// The optimizer, for modules `M` on autodiff backend `B`.
-    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> OptimizerAdaptor<AdamW, M, B> {
+    /// The optimizer, for modules `M` on autodiff backend `B`: the parameters' updates run in
+    /// buckets ([`FusedAdaptor`]).
+    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> FusedAdaptor<AdamW, M, B> {
         adaptor(self.build(), self.grad_clipping.as_ref())
     }
 
@@ -350,6 +520,27 @@ impl AdamW {
             (1.0 - lr * self.weight_decay as f64) as f32,
             lr as f32,
         ]
+    }
+}
+
+impl<B: Backend> Bucketed<B> for AdamW {
+    fn bucketed<const D: usize>(tensor: &Tensor<B, D>, state: Option<&AdamWState<B, D>>) -> bool {
+        fused_update(tensor, state.map(|s| &s.momentum))
+    }
+
+    fn into_momentum<const D: usize>(state: AdamWState<B, D>) -> AdaptiveMomentumState<B, D> {
+        state.momentum
+    }
+
+    fn from_momentum<const D: usize>(momentum: AdaptiveMomentumState<B, D>) -> AdamWState<B, D> {
+        AdamWState::new(momentum)
+    }
+
+    fn update_rule(&self, lr: LearningRate, time: usize) -> UpdateRule {
+        UpdateRule {
+            rule: Rule::AdamW,
+            scalars: self.scalars(lr, time as i32),
+        }
     }
 }
 

@@ -610,6 +610,11 @@ fn gradients<B: AutodiffBackend, M: Module<B>>(
 /// moved through burn-nn's record. The record holds f32 values and both models are loaded from
 /// it, so that the f64 reference holds exactly the fused model's parameters.
 fn models(norm_first: bool, seed: u64) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
+    models_on(norm_first, seed, &MD)
+}
+
+/// [`models`] with the fused model on `device`.
+fn models_on(norm_first: bool, seed: u64, device: &MlxDevice) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     NdAd::seed(&ND, seed);
     let drawn = NnLm::<NdAd>::new(norm_first, &ND);
@@ -617,25 +622,25 @@ fn models(norm_first: bool, seed: u64) -> (FusedLm<MlxAd>, NnLm<NdAd>) {
     let nn =
         NnLm::<NdAd>::new(norm_first, &ND).load_record(recorder.load(bytes.clone(), &ND).unwrap());
     let record = recorder
-        .load(bytes, &MD)
+        .load(bytes, device)
         .expect("burn-nn's record loads into the fused model");
     (
-        FusedLm::<MlxAd>::new(norm_first, &MD).load_record(record),
+        FusedLm::<MlxAd>::new(norm_first, device).load_record(record),
         nn,
     )
 }
 
-#[test]
-fn fused_encoder_matches_burn_nn_with_masks() {
-    let _alone = setup();
+/// The fused encoder's logits and parameter gradients on `device` against burn-nn's in f64,
+/// post-norm and pre-norm, within `tol` and `grad_tol`.
+fn check_encoder(device: &MlxDevice, tol: f64, grad_tol: f64) {
     for norm_first in [false, true] {
-        let (fused, nn) = models(norm_first, 31);
-        let (tm, pm) = batch::<MlxAd>(32, &MD);
+        let (fused, nn) = models_on(norm_first, 31, device);
+        let (tm, pm) = batch::<MlxAd>(32, device);
         let (tn, pn) = batch::<NdAd>(32, &ND);
         let ym = fused.logits(tm, pm);
         let yn = nn.logits(tn, pn);
-        let what = format!("encoder (norm_first {norm_first})");
-        assert_close(&what, ym.to_data(), yn.to_data(), 1e-5);
+        let what = format!("encoder on {device:?} (norm_first {norm_first})");
+        assert_close(&what, ym.to_data(), yn.to_data(), tol);
         let gm = weighted_sum(ym, 33).backward();
         let gn = weighted_sum(yn, 33).backward();
         let (a, b) = (gradients(&fused, &gm), gradients(&nn, &gn));
@@ -645,10 +650,33 @@ fn fused_encoder_matches_burn_nn_with_masks() {
                 &format!("{what}: gradient of parameter {i}"),
                 x,
                 y,
-                GRAD_TOL,
+                grad_tol,
             );
         }
     }
+}
+
+#[test]
+fn fused_encoder_matches_burn_nn_with_masks() {
+    let _alone = setup();
+    check_encoder(&MD, 1e-5, GRAD_TOL);
+}
+
+/// The TF32 bound of the GPU checks: MLX's CUDA GEMMs round f32 inputs to TF32 (10-bit
+/// mantissa, about 5e-4 relative), and the encoder chains a dozen of them per gradient.
+const TF32_TOL: f64 = 1e-2;
+
+/// The same check on MLX's CUDA device, where the fused layers run their CUDA kernels (layer
+/// norm's backward, the column sums) and TF32 GEMMs, at [`TF32_TOL`]. The GPU test machine runs
+/// it; without a GPU it checks nothing and says so.
+#[test]
+fn fused_encoder_on_the_gpu_matches_burn_nn() {
+    let _alone = setup();
+    if !MlxDevice::gpu_available() {
+        println!("no MLX GPU here: the fused encoder on CUDA is checked on a GPU machine");
+        return;
+    }
+    check_encoder(&MlxDevice::Gpu, TF32_TOL, TF32_TOL);
 }
 
 #[test]
@@ -865,4 +893,89 @@ fn optimizer_update_on_the_gpu_matches_burn_optim() {
     for (a, b) in ours.into_iter().zip(theirs) {
         assert_close("AdamW on the GPU", a, b, 1e-5);
     }
+}
+
+/// Steps of `optim` on the fused model on `device`, where the parameters of the second encoder
+/// layer get no gradient at steps 1 and 2 (so parameters reach different step numbers and fall
+/// into different buckets): every parameter afterwards, and the record.
+fn uneven_steps<O: Optimizer<FusedLm<MlxAd>, MlxAd>>(
+    mut optim: O,
+    device: &MlxDevice,
+) -> (Vec<TensorData>, Vec<burn::module::ParamId>, O::Record) {
+    let (mut model, _) = models_on(true, 91, device);
+    for step in 0..5 {
+        let (tokens, pad) = batch::<MlxAd>(92 + step, device);
+        let l = model.loss(tokens, pad);
+        let mut grads = GradientsParams::from_grads(l.backward(), &model);
+        if step == 1 || step == 2 {
+            for id in param_ids::<MlxAd, _>(&model.encoder.layers[1]) {
+                grads.remove::<Mlx, 1>(id);
+                grads.remove::<Mlx, 2>(id);
+            }
+        }
+        model = optim.step(3e-3, model, grads);
+    }
+    (parameters(&model), param_ids(&model), optim.to_record())
+}
+
+/// The ids of a module's float parameters.
+fn param_ids<B: Backend, M: Module<B>>(module: &M) -> Vec<burn::module::ParamId> {
+    struct Ids(Vec<burn::module::ParamId>);
+    impl<B: Backend> ModuleVisitor<B> for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.id);
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    module.visit(&mut ids);
+    ids.0
+}
+
+/// The bucketed adaptor (35 parameters: buckets of 32 and 3, split further by step number)
+/// gives the per-parameter update's values exactly, and its record is burn-optim's adaptor's.
+fn check_buckets(device: &MlxDevice) {
+    use burn_optim::adaptor::OptimizerAdaptor;
+    let config = burn_mlx::optim::AdamConfig::new();
+    let (bucketed, ids, record) = uneven_steps(config.init(), device);
+    let per_parameter: OptimizerAdaptor<burn_mlx::optim::Adam, FusedLm<MlxAd>, MlxAd> =
+        OptimizerAdaptor::from(config.build());
+    let (single, single_ids, single_record) = uneven_steps(per_parameter, device);
+    assert_eq!(bucketed.len(), 35);
+    for (i, (a, b)) in bucketed.iter().zip(&single).enumerate() {
+        assert_eq!(
+            a, b,
+            "parameter {i} on {device:?}: bucketed against per parameter"
+        );
+    }
+    // The records hold the same states (burn-optim's record type, serialized), parameter by
+    // parameter.
+    assert_eq!(record.len(), single_record.len());
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    for (i, (id, single_id)) in ids.iter().zip(&single_ids).enumerate() {
+        let ours = record.get(id).expect("every parameter has state");
+        let theirs = single_record
+            .get(single_id)
+            .expect("every parameter has state");
+        let a = recorder.record(ours.clone(), ()).unwrap();
+        let b = recorder.record(theirs.clone(), ()).unwrap();
+        assert_eq!(a, b, "the state of parameter {i} on {device:?}");
+    }
+}
+
+#[test]
+fn bucketed_adam_matches_the_per_parameter_update() {
+    let _alone = setup();
+    check_buckets(&MD);
+}
+
+/// [`check_buckets`] on MLX's CUDA device, where each bucket is one custom kernel launch. The GPU
+/// test machine runs it; without a GPU it checks nothing and says so.
+#[test]
+fn bucketed_adam_on_the_gpu_matches_the_per_parameter_update() {
+    let _alone = setup();
+    if !MlxDevice::gpu_available() {
+        println!("no MLX GPU here: the bucketed CUDA update is checked on a GPU machine");
+        return;
+    }
+    check_buckets(&MlxDevice::Gpu);
 }

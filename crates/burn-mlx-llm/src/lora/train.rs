@@ -16,9 +16,8 @@ use super::{Adapters, Lora};
 use crate::error::{LlmError, Result};
 use crate::model::{Llm, Logits};
 use burn_mlx::grad::{AdamSettings, CompiledTrainer};
-use burn_mlx::optim::{Adam, AdamConfig, AdamW, AdamWConfig};
+use burn_mlx::optim::{Adam, AdamConfig, AdamW, AdamWConfig, FusedAdaptor};
 use burn_mlx::{from_mlx, to_mlx, Mlx, MlxError, MlxTensor};
-use burn_optim::adaptor::OptimizerAdaptor;
 use burn_optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn_tensor::backend::{AutodiffBackend, Backend};
 use burn_tensor::{ElementConversion, Int, Tensor, TensorData};
@@ -269,8 +268,8 @@ fn no_targets(batch: &Batch) -> LlmError {
 
 /// Adam or AdamW over the adapters.
 enum Optim<B: AutodiffBackend> {
-    Adam(OptimizerAdaptor<Adam, Adapters<B>, B>),
-    AdamW(OptimizerAdaptor<AdamW, Adapters<B>, B>),
+    Adam(FusedAdaptor<Adam, Adapters<B>, B>),
+    AdamW(FusedAdaptor<AdamW, Adapters<B>, B>),
 }
 
 impl<B: AutodiffBackend> Optim<B> {
