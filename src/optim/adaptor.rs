@@ -6,7 +6,7 @@
 //! parameters, most of them biases and norm weights of a few hundred values, the launches and
 //! their host work cost more than the arithmetic. This adaptor first collects every parameter
 //! that has a gradient, then updates those of one device, dtype and step number together
-//! ([`update_buckets`](super::update_buckets): one custom CUDA kernel per bucket of up to 32 on
+//! ([`update_buckets`](super::update_buckets): one custom CUDA kernel per bucket of up to 8 on
 //! MLX's CUDA device, one MLX-compiled function per bucket elsewhere), then puts the results
 //! back into the module. The values are those of the per-parameter update.
 //!

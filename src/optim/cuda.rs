@@ -5,7 +5,7 @@
 //! splits the fusion at the two moments, which are outputs and inputs of later ops), so a
 //! 29.5M-parameter decoder LM's Adam step launched 408 kernels; one kernel per parameter still
 //! launched 102, most of them over a few hundred values (biases, norm weights). This kernel
-//! updates up to [`BUCKET_MAX`] parameters of one dtype: each thread finds its parameter among
+//! updates a bucket of parameters of one dtype (up to [`bucket_max`]): each thread finds its parameter among
 //! the bucket's running offsets, reads the parameter, its gradient and both moments once and
 //! writes the three results. It computes in f32 and rounds the results to the parameter's
 //! dtype; the step's scalars are one small f32 array shared by every bucket of the step.
@@ -17,8 +17,28 @@ use mlx_rs::Array;
 use std::cell::RefCell;
 use std::fmt::Write;
 
-/// The most parameters one kernel launch updates: 7 pointers each in the kernel's arguments.
+/// The most parameters one kernel launch can update: 7 pointers each in the kernel's arguments.
 pub(super) const BUCKET_MAX: usize = 32;
+
+/// The parameters a bucket holds by default. Measured on an H200 (2026-11-28, `train_bench`,
+/// four alternating rounds of buckets of 1, 32 and 8): buckets of 8 ran the fused encoder at
+/// batch 128 at 1.06-1.17x the per-parameter update and 1.02-1.10x buckets of 32, and the decoder
+/// LM at batch 32 at 1.02-1.08x the per-parameter update, as fast as buckets of 32. A bucket is
+/// one MLX primitive with three outputs per parameter, each listing the others as siblings, so
+/// larger buckets cost the host more.
+const BUCKET_DEFAULT: usize = 8;
+
+/// The most parameters a bucket holds: [`BUCKET_DEFAULT`], or `BURN_MLX_ADAM_BUCKET` (1 to
+/// [`BUCKET_MAX`], read once; 1 updates each parameter alone, for A/B measurements).
+pub(super) fn bucket_max() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("BURN_MLX_ADAM_BUCKET")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(BUCKET_DEFAULT, |n| n.clamp(1, BUCKET_MAX))
+    })
+}
 
 /// The most values one bucket holds: its offsets and thread indices are `uint32`.
 pub(super) const BUCKET_VALUES_MAX: usize = 1 << 30;
@@ -45,25 +65,39 @@ const UPDATE: &str = r#"
 "#;
 
 /// The kernel's argument names for a bucket of `n`: `p0.. g0.. m0.. v0..`, the scalars `s` and
-/// the running offsets `off` (`n + 1` values); outputs `po0.. mo0.. vo0..`.
-fn names(n: usize) -> (Vec<String>, Vec<String>) {
-    let list = |prefixes: &[&str]| -> Vec<String> {
-        prefixes
-            .iter()
-            .flat_map(|p| (0..n).map(move |i| format!("{p}{i}")))
+/// the running offsets `off` (`n + 1` values); outputs `po0.. mo0.. vo0..`. Made once per size.
+fn names(n: usize) -> (&'static [&'static str], &'static [&'static str]) {
+    type Names = (Vec<&'static str>, Vec<&'static str>);
+    static NAMES: std::sync::OnceLock<Vec<Names>> = std::sync::OnceLock::new();
+    let all = NAMES.get_or_init(|| {
+        (1..=BUCKET_MAX)
+            .map(|n| {
+                // Leaked once per bucket size: the kernels live as long as the process.
+                let list = |prefixes: &[&str]| -> Vec<&'static str> {
+                    prefixes
+                        .iter()
+                        .flat_map(|p| (0..n).map(move |i| format!("{p}{i}")))
+                        .map(|s| &*Box::leak(s.into_boxed_str()))
+                        .collect()
+                };
+                let mut inputs = list(&["p", "g", "m", "v"]);
+                inputs.extend(["s", "off"]);
+                (inputs, list(&["po", "mo", "vo"]))
+            })
             .collect()
-    };
-    let mut inputs = list(&["p", "g", "m", "v"]);
-    inputs.extend(["s".to_string(), "off".to_string()]);
-    (inputs, list(&["po", "mo", "vo"]))
+    });
+    let (ins, outs) = &all[n - 1];
+    (ins, outs)
 }
 
 /// The body for a bucket of `n` parameters, one thread per value of the bucket.
 fn source(n: usize) -> String {
     let mut src = String::from("  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;\n");
     let _ = writeln!(src, "  if (i >= off[{n}]) return;");
-    let _ = writeln!(src, "  int t = 0;");
-    let _ = writeln!(src, "  while (t + 1 < {n} && i >= off[t + 1]) ++t;");
+    // The parameter `t` with off[t] <= i < off[t + 1], by binary search.
+    let _ = writeln!(src, "  int t = 0, hi = {n};");
+    src.push_str("  while (hi - t > 1) {\n    const int mid = (t + hi) / 2;\n");
+    src.push_str("    if (i >= off[mid]) t = mid; else hi = mid;\n  }\n");
     src.push_str("  const uint32_t j = i - off[t];\n");
     src.push_str("  const T *P, *G, *M, *V; T *PO, *MO, *VO;\n  switch (t) {\n");
     for i in 0..n {
@@ -150,12 +184,10 @@ pub(super) fn update_bucket(
         .collect();
     let name = kernel_name(n);
     let (ins, outs) = names(n);
-    let ins: Vec<&str> = ins.iter().map(String::as_str).collect();
-    let outs: Vec<&str> = outs.iter().map(String::as_str).collect();
     let out = with_kernel(
         name,
-        &ins,
-        &outs,
+        ins,
+        outs,
         || source(n),
         "",
         |k| {

@@ -5,7 +5,7 @@
 //! corrections, the square root, the division, the step). On a GPU each is a kernel launch and host
 //! work, and over a model's parameters the optimizer is half of a Transformer training step's MLX
 //! primitives. This Adam computes the same update, in the same order of operations, as one
-//! primitive per bucket of up to 32 parameters (of one device, dtype and step number), writing
+//! primitive per bucket of up to 8 parameters (of one device, dtype and step number), writing
 //! the parameters and both moments: a custom CUDA kernel on MLX's CUDA device (`cuda.rs`, where
 //! MLX's compiled function runs as four kernels per parameter), an MLX-compiled function
 //! elsewhere. [`AdamConfig::init`] gives the optimizer as a [`FusedAdaptor`], which collects the
@@ -221,7 +221,7 @@ fn run_bucket(rule: Rule, bucket: &[[&MlxTensor; 4]], scalars: &[f32]) -> Vec<[M
 
 /// The new values and moments of `entries` under `optim`'s rule at learning rate `lr`, in their
 /// order: the entries of one device, dtype and step number in buckets of up to
-/// [`cuda::BUCKET_MAX`] parameters and [`cuda::BUCKET_VALUES_MAX`] values, one [`run_bucket`]
+/// [`cuda::bucket_max`] parameters and [`cuda::BUCKET_VALUES_MAX`] values, one [`run_bucket`]
 /// each.
 fn update_buckets<B: Backend, O: Bucketed<B>>(
     optim: &O,
@@ -238,7 +238,7 @@ fn update_buckets<B: Backend, O: Bucketed<B>>(
         let slot = open.iter().position(|(k, _)| *k == key);
         let fits = slot.is_some_and(|s| {
             let (_, members, values) = &buckets[open[s].1];
-            members.len() < cuda::BUCKET_MAX && values + size <= cuda::BUCKET_VALUES_MAX
+            members.len() < cuda::bucket_max() && values + size <= cuda::BUCKET_VALUES_MAX
         });
         match (slot, fits) {
             (Some(s), true) => {

@@ -931,7 +931,7 @@ fn param_ids<B: Backend, M: Module<B>>(module: &M) -> Vec<burn::module::ParamId>
     ids.0
 }
 
-/// The bucketed adaptor (35 parameters: buckets of 32 and 3, split further by step number)
+/// The bucketed adaptor (35 parameters: buckets of 8, split further by step number)
 /// gives the per-parameter update's values exactly, and its record is burn-optim's adaptor's.
 fn check_buckets(device: &MlxDevice) {
     use burn_optim::adaptor::OptimizerAdaptor;
@@ -947,18 +947,44 @@ fn check_buckets(device: &MlxDevice) {
             "parameter {i} on {device:?}: bucketed against per parameter"
         );
     }
-    // The records hold the same states (burn-optim's record type, serialized), parameter by
-    // parameter.
+    // The records hold the same states, parameter by parameter: the step numbers, and the
+    // moments within a few f32 roundings (on CUDA the kernel is compiled once per bucket size,
+    // and NVRTC may contract the moments' multiply-adds differently; on the CPU they are equal).
     assert_eq!(record.len(), single_record.len());
-    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     for (i, (id, single_id)) in ids.iter().zip(&single_ids).enumerate() {
         let ours = record.get(id).expect("every parameter has state");
         let theirs = single_record
             .get(single_id)
             .expect("every parameter has state");
-        let a = recorder.record(ours.clone(), ()).unwrap();
-        let b = recorder.record(theirs.clone(), ()).unwrap();
-        assert_eq!(a, b, "the state of parameter {i} on {device:?}");
+        let rank = bucketed[i].shape.len();
+        let (a, b) = (moments_of(ours, rank), moments_of(theirs, rank));
+        assert_eq!(a.0, b.0, "the step number of parameter {i} on {device:?}");
+        for (what, x, y) in [("first", &a.1, &b.1), ("second", &a.2, &b.2)] {
+            let w = worst(x.clone(), y.clone());
+            println!("parameter {i} on {device:?}: {what} moment differs by {w:e}");
+            assert!(
+                w <= 1e-6,
+                "the {what} moment of parameter {i} on {device:?} differs by {w:e}"
+            );
+        }
+    }
+}
+
+/// The step number and moments of an Adam state record of a parameter of `rank`.
+fn moments_of(
+    record: &burn_optim::record::AdaptorRecord<burn_mlx::optim::Adam, MlxAd>,
+    rank: usize,
+) -> (usize, TensorData, TensorData) {
+    match rank {
+        1 => {
+            let m = record.clone().into_state::<1>().momentum;
+            (m.time, m.moment_1.to_data(), m.moment_2.to_data())
+        }
+        2 => {
+            let m = record.clone().into_state::<2>().momentum;
+            (m.time, m.moment_1.to_data(), m.moment_2.to_data())
+        }
+        r => panic!("no parameter of rank {r} here"),
     }
 }
 
