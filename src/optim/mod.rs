@@ -296,7 +296,7 @@ fn each(
     scalars: usize,
     f: fn(&[Array]) -> Result<Vec<Array>, Exception>,
 ) -> Result<Vec<Array>, Exception> {
-    if xs.len() < scalars || (xs.len() - scalars) % 4 != 0 {
+    if xs.len() < scalars || !(xs.len() - scalars).is_multiple_of(4) {
         return Err(Exception::custom(format!(
             "Adam update: {} inputs are not groups of 4 and {scalars} scalars",
             xs.len()
