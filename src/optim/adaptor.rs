@@ -32,8 +32,12 @@ use std::any::Any;
 use std::marker::PhantomData;
 
 /// An optimizer over modules `M` of autodiff backend `B` whose update runs for buckets of
-/// parameters (see the [module docs](self)); made by [`AdamConfig::init`](super::AdamConfig::init)
-/// and [`AdamWConfig::init`](super::AdamWConfig::init).
+/// parameters: each step collects the parameters that have a gradient, updates those of one
+/// device, dtype and step number together (one kernel or compiled MLX function a bucket), and
+/// puts the results back, with the values of the per-parameter update. Its record is
+/// burn-optim's adaptor record, so checkpoints move between it and burn-optim's
+/// `OptimizerAdaptor`. Made by [`AdamConfig::init`](super::AdamConfig::init) and
+/// [`AdamWConfig::init`](super::AdamWConfig::init).
 #[derive(Clone)]
 pub struct FusedAdaptor<O, M, B>
 where
