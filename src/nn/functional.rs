@@ -32,9 +32,7 @@ pub(super) fn wrap<B: Backend, const D: usize>(
 
 /// A non-float tensor of `B` (the Bool or Int primitive of `Mlx` or `Autodiff<Mlx>`, which is
 /// the same `MlxTensor`) as an MLX tensor. `None` when `B` is not built on MLX.
-pub(super) fn side_input<B: Backend, const D: usize, K>(
-    tensor: Tensor<B, D, K>,
-) -> Option<MlxTensor>
+fn side_input<B: Backend, const D: usize, K>(tensor: Tensor<B, D, K>) -> Option<MlxTensor>
 where
     K: burn_tensor::TensorKind<B> + burn_tensor::BasicOps<B>,
     K::Primitive: 'static,
@@ -365,14 +363,9 @@ pub fn attention<B: Backend>(
         // The additive mask in q's dtype, made once per call (the forward pass and the
         // backward's trace take it as it is).
         let dtype = crate::dtype::to_mlx(q.dtype());
-        let additive = mask.clone().map(|m| {
-            let m = side_input(m).expect("B is built on MLX");
-            let device = m.device();
-            let additive = device
-                .scope(|| additive_mask(m.array(), min_float, dtype))
-                .or_panic("attention (mask)", &[m.array()]);
-            MlxTensor::from_array(additive, device)
-        });
+        let additive = mask
+            .clone()
+            .map(|m| additive_mask_of(m, min_float, dtype, "attention (mask)"));
         let op = AttentionOp::new(scale, additive, false, &q, &k);
         if let Some(out) = op.apply(&q, &k, &v) {
             return out;
@@ -469,12 +462,24 @@ pub(super) fn probabilities(
     Ok((ops::softmax_axis(&scores, -1, true)?, scale))
 }
 
-/// A boolean mask (true = hidden) as an additive one in `dtype`: `fill` where hidden, else 0.
-pub(super) fn additive_mask(
-    hidden: &Array,
+/// A boolean mask tensor of a backend built on MLX as an additive MLX tensor in `dtype`
+/// ([`additive_mask`]); `op` names the caller in errors.
+pub(super) fn additive_mask_of<B: Backend, const D: usize>(
+    mask: Tensor<B, D, Bool>,
     fill: f64,
     dtype: mlx_rs::Dtype,
-) -> Result<Array, Exception> {
+    op: &str,
+) -> MlxTensor {
+    let m = side_input(mask).expect("B is built on MLX");
+    let device = m.device();
+    let additive = device
+        .scope(|| additive_mask(m.array(), fill, dtype))
+        .or_panic(op, &[m.array()]);
+    MlxTensor::from_array(additive, device)
+}
+
+/// A boolean mask (true = hidden) as an additive one in `dtype`: `fill` where hidden, else 0.
+fn additive_mask(hidden: &Array, fill: f64, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
     let fill = constant_scalar_array(Scalar::Float(fill), dtype);
     let zero = constant_scalar_array(Scalar::Float(0.0), dtype);
     ops::select(hidden, &fill, &zero)

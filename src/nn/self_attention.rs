@@ -13,10 +13,10 @@
 
 use super::custom::{self, FusedOp};
 use super::functional::{
-    additive_mask, attention_grads, column_sum, keeps_probabilities_of, prim, probabilities,
-    side_input, wrap,
+    additive_mask_of, attention_grads, column_sum, keeps_probabilities_of, prim, probabilities,
+    wrap,
 };
-use crate::tensor::{MlxTensor, OrPanic};
+use crate::tensor::MlxTensor;
 use burn_nn::Linear;
 use burn_tensor::backend::Backend;
 use burn_tensor::{Bool, DType, Tensor};
@@ -57,12 +57,12 @@ pub(super) fn self_attention<B: Backend>(
         return None;
     }
     let additive = mask.map(|m| {
-        let m = side_input(m).expect("B is built on MLX");
-        let device = m.device();
-        let additive = device
-            .scope(|| additive_mask(m.array(), min_float, mlx_rs::Dtype::Float32))
-            .or_panic("self_attention (mask)", &[m.array()]);
-        MlxTensor::from_array(additive, device)
+        additive_mask_of(
+            m,
+            min_float,
+            mlx_rs::Dtype::Float32,
+            "self_attention (mask)",
+        )
     });
     let op = SelfAttentionOp {
         heads: n_heads as i32,

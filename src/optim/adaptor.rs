@@ -196,13 +196,7 @@ impl<O: Bucketed<B::InnerBackend>, B: AutodiffBackend> ModuleVisitor<B> for Coll
                 to_mlx(t).unwrap_or_else(|_| unreachable!("bucketed parameters are Mlx's"))
             };
             let p = as_mlx(tensor);
-            let (time, m, v) = match state.map(O::into_momentum) {
-                Some(s) => (s.time + 1, as_mlx(s.moment_1), as_mlx(s.moment_2)),
-                None => {
-                    let zeros = super::zeros_like(&p);
-                    (1, zeros.clone(), zeros)
-                }
-            };
+            let (time, m, v) = super::moments(&p, state.map(O::into_momentum));
             self.bucketed.push(Entry {
                 id,
                 p,

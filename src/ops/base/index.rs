@@ -51,21 +51,17 @@ fn clamp_indices(indices: &Array, n: i32) -> MlxResult {
     ops::minimum(ops::maximum(indices, &lo)?, &hi)
 }
 
-/// `values` with zeros where `indices` (same shape) is outside `[0, n)`: a scatter-add then
-/// drops the updates of out-of-range indices instead of adding them at a clamped position.
+/// `values` with zeros where `indices` (broadcasting to its shape) is outside `[0, n)`: a
+/// scatter-add then drops the updates of out-of-range indices instead of adding them at a
+/// clamped position.
 fn drop_out_of_range(values: &Array, indices: &Array, n: i32) -> MlxResult {
-    let ok = in_range(indices, n)?;
-    let zero = Array::from_int(0).as_dtype(values.dtype())?;
-    ops::select(&ok, values, &zero)
-}
-
-/// Whether each index is in `[0, n)`.
-fn in_range(indices: &Array, n: i32) -> MlxResult {
     let idx = indices.as_dtype(Dtype::Int64)?;
-    ops::logical_and(
+    let ok = ops::logical_and(
         &idx.ge(Array::from_slice(&[0i64], &[]))?,
         &idx.lt(Array::from_slice(&[n as i64], &[]))?,
-    )
+    )?;
+    let zero = Array::from_int(0).as_dtype(values.dtype())?;
+    ops::select(&ok, values, &zero)
 }
 
 /// Burn's `scatter_add`: adds `value` into `t` at `indices` along `dim`.
@@ -134,11 +130,10 @@ pub(crate) fn select_add(
             let mut shape = moved.shape().to_vec();
             shape.insert(dim + 1, 1);
             let updates = moved.reshape(&shape)?;
-            let mut ok_shape = vec![1i32; rank + 1];
-            ok_shape[0] = count;
-            let ok = in_range(&idx, n)?.reshape(&ok_shape)?;
-            let zero = Array::from_int(0).as_dtype(updates.dtype())?;
-            let updates = ops::select(&ok, &updates, &zero)?;
+            // The checks on the `[count]` indices, broadcast over each slice.
+            let mut per_slice = vec![1i32; rank + 1];
+            per_slice[0] = count;
+            let updates = drop_out_of_range(&updates, &idx.reshape(&per_slice)?, n)?;
             let idx = clamp_indices(&idx, n)?;
             ops::indexing::scatter_add_single(&t.array, &idx, &updates, dim as i32)
         })
