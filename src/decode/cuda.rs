@@ -10,7 +10,7 @@ use crate::native::kernel::{self, CudaKernel, TemplateArg};
 use mlx_rs::{Array, Dtype};
 
 /// Warp and block reductions shared by the kernels.
-const HEADER: &str = r#"
+pub(super) const HEADER: &str = r#"
 __device__ __forceinline__ float bm_warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -245,7 +245,7 @@ fn row_block(n: usize) -> i32 {
     }
 }
 
-fn dims_i32(dims: &[usize]) -> Vec<i32> {
+pub(super) fn dims_i32(dims: &[usize]) -> Vec<i32> {
     dims.iter().map(|&d| d as i32).collect()
 }
 

@@ -12,6 +12,9 @@
 //! | [`decode_attention`] | the slice of the cache's filled prefix (or the mask of a fixed-shape step) and attention |
 //! | [`decode_attention_joint`] | the same over a cache of keys and values in one buffer |
 //! | [`gated`] | the split of a fused gate/up projection and SwiGLU (or GeGLU) |
+//! | [`norm_qkv_heads`], [`norm_qkv_heads_joint`] | for one position per sequence: the RMS norm before the QKV projection, the projection, and [`qkv_heads`]'s work |
+//! | [`linear_add`] | for one position per sequence: a projection and the residual add after it |
+//! | [`norm_gated`] | for one position per sequence: the RMS norm before the gate/up projection, the projection and [`gated`]'s work |
 //!
 //! On [`Mlx`](crate::Mlx)'s CUDA device each is one MLX custom kernel (one primitive, one
 //! launch; `src/decode/cuda.rs`), compiled by MLX on its first use in a process. Everywhere
@@ -25,6 +28,12 @@
 //! which a traced fixed-shape step reads at run time.
 
 mod cuda;
+mod gemv;
+mod projection;
+
+pub use projection::{
+    linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, MAX_FUSED_ROWS,
+};
 
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, swiglu, RotaryEmbedding};
 use crate::interop::to_mlx;

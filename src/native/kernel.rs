@@ -34,14 +34,16 @@ pub(crate) struct CudaKernel {
 
 impl CudaKernel {
     /// A kernel named `name` over `inputs` and `outputs` (the names the body uses), with `header`
-    /// (helper functions) placed before it. The body reads every input row-contiguous: MLX
-    /// copies an input that is not (the kernel is made with `ensure_row_contiguous`).
+    /// (helper functions) placed before it. With `row_contiguous`, the body reads every input
+    /// row-contiguous: MLX copies an input that is not. Without it, inputs come as they are, and
+    /// the body indexes them through `NAME_strides` (a transposed view is then read in place).
     pub(crate) fn new(
         name: &str,
         inputs: &[&str],
         outputs: &[&str],
         source: &str,
         header: &str,
+        row_contiguous: bool,
     ) -> Self {
         init();
         let cstrings = |names: &[&str]| -> Vec<CString> {
@@ -71,7 +73,7 @@ impl CudaKernel {
                 vo,
                 c_source.as_ptr(),
                 c_header.as_ptr(),
-                true,
+                row_contiguous,
                 0,
             );
             mlx_sys::mlx_vector_string_free(vi);
@@ -249,14 +251,39 @@ pub(crate) fn default_stream_on_cuda() -> bool {
 }
 
 /// Runs `f` on the kernel `name` of this thread, made on first use from `source()` and `header`
-/// (MLX compiles it on its first launch in the process). Kernels are made per thread because
-/// MLX's graph building is per thread.
+/// (MLX compiles it on its first launch in the process), whose inputs MLX makes row-contiguous.
+/// Kernels are made per thread because MLX's graph building is per thread.
 pub(crate) fn with_kernel<T>(
     name: &'static str,
     inputs: &[&str],
     outputs: &[&str],
     source: impl FnOnce() -> String,
     header: &str,
+    f: impl FnOnce(&CudaKernel) -> T,
+) -> T {
+    with_any_kernel(name, inputs, outputs, source, header, true, f)
+}
+
+/// [`with_kernel`] for a kernel that reads its inputs as they are laid out, through their
+/// strides (see [`CudaKernel::new`]).
+pub(crate) fn with_strided_kernel<T>(
+    name: &'static str,
+    inputs: &[&str],
+    outputs: &[&str],
+    source: impl FnOnce() -> String,
+    header: &str,
+    f: impl FnOnce(&CudaKernel) -> T,
+) -> T {
+    with_any_kernel(name, inputs, outputs, source, header, false, f)
+}
+
+fn with_any_kernel<T>(
+    name: &'static str,
+    inputs: &[&str],
+    outputs: &[&str],
+    source: impl FnOnce() -> String,
+    header: &str,
+    row_contiguous: bool,
     f: impl FnOnce(&CudaKernel) -> T,
 ) -> T {
     thread_local! {
@@ -266,7 +293,9 @@ pub(crate) fn with_kernel<T>(
         let mut map = cell.borrow_mut();
         let kernel = map
             .entry(name)
-            .or_insert_with(|| CudaKernel::new(name, inputs, outputs, &source(), header));
+            .or_insert_with(|| {
+                CudaKernel::new(name, inputs, outputs, &source(), header, row_contiguous)
+            });
         f(kernel)
     })
 }

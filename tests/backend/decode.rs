@@ -1,7 +1,8 @@
 //! `burn_mlx::decode`'s fused decode ops against references composed from Burn ops on
 //! burn-ndarray in f32, on random inputs: f32, bf16 and f16; head sizes 64 and 128; 1, 2 and 4
 //! query heads per key head; cache lengths 1, 255, 256 and 2,047, with and without a sliding
-//! window.
+//! window; the fused projections (`linear_add`, `norm_gated`, `norm_qkv_heads`) with one to six
+//! rows, weights read in place as transposed views or stored as they are, with and without biases.
 //!
 //! They run on the GPU when this build has one (the CUDA kernels), otherwise on MLX's CPU (the
 //! composed path the other platforms take).
@@ -292,4 +293,192 @@ fn qkv_heads_rejects_a_wrong_width() {
         head_dim: 64,
     };
     decode::qkv_heads(x, 1, layout, None, 1e-6, &rope, &At::Host(0));
+}
+
+/// A weight as the LLM runner holds it, `[in, out]` as a transposed view of a stored `[out, in]`
+/// matrix (`transposed`), or stored `[in, out]`; values in ±`1/sqrt(in)`, so that products of
+/// normalized rows stay near 1.
+fn weight_pair(
+    [input, out]: [usize; 2],
+    seed: u64,
+    dtype: DType,
+    transposed: bool,
+) -> (Tensor<Mlx, 2>, Tensor<R, 2>) {
+    let scale = 1.7 / (input as f32).sqrt();
+    if transposed {
+        let (w, w_r) = pair([out, input], seed, dtype, scale);
+        (w.transpose(), w_r.transpose())
+    } else {
+        pair([input, out], seed, dtype, scale)
+    }
+}
+
+/// The fused projections' cases: (rows, in, out): one to four rows run the CUDA kernels, six the
+/// composed ops; widths that are and are not multiples of a 16-byte load.
+const PROJECTION_CASES: [(usize, usize, usize); 4] =
+    [(1, 1024, 1024), (2, 2048, 520), (4, 3072, 256), (6, 200, 72)];
+
+#[test]
+fn linear_add_matches_the_composed_ops() {
+    for (dtype, tol) in DTYPES {
+        for (rows, input, out) in PROJECTION_CASES {
+            for (transposed, bias) in [(true, false), (false, true)] {
+                let (x, x_r) = pair([rows, input], 11, dtype, 2.0);
+                let (w, w_r) = weight_pair([input, out], 12, dtype, transposed);
+                let (b, b_r) = pair([out], 13, dtype, 0.5);
+                let (res, res_r) = pair([rows, out], 14, dtype, 2.0);
+                let dense = decode::Dense {
+                    weight: &w,
+                    bias: bias.then_some(&b),
+                };
+                let y = decode::linear_add(x, dense, res);
+                let mut want = res_r + x_r.matmul(w_r);
+                if bias {
+                    want = want + b_r.unsqueeze::<2>();
+                }
+                check(
+                    &format!("linear_add {dtype:?} [{rows}, {input}] x [{input}, {out}] transposed {transposed} bias {bias}"),
+                    f32_rows(y),
+                    want.into_data().to_vec().unwrap(),
+                    2.0 * tol,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn norm_gated_matches_the_composed_ops() {
+    for (dtype, tol) in DTYPES {
+        for (rows, input, i) in PROJECTION_CASES {
+            for gate in [Gate::Silu, Gate::GeluTanh] {
+                let bias = gate == Gate::GeluTanh;
+                let (x, x_r) = pair([rows, input], 15, dtype, 3.0);
+                let (g, g_r) = pair([input], 16, dtype, 1.5);
+                let (w, w_r) = weight_pair([input, 2 * i], 17, dtype, true);
+                let (b, b_r) = pair([2 * i], 18, dtype, 0.5);
+                let dense = decode::Dense {
+                    weight: &w,
+                    bias: bias.then_some(&b),
+                };
+                let y = decode::norm_gated(x, &g, 1e-6, dense, gate);
+                let mut gu = rms_norm_ref(x_r, g_r, 1e-6).matmul(w_r);
+                if bias {
+                    gu = gu + b_r.unsqueeze::<2>();
+                }
+                let (gv, u) = (gu.clone().narrow(1, 0, i), gu.narrow(1, i, i));
+                let act = match gate {
+                    Gate::Silu => gv.clone() * sigmoid(gv),
+                    Gate::GeluTanh => decode::gelu_tanh(gv),
+                };
+                check(
+                    &format!("norm_gated {dtype:?} {gate:?} [{rows}, {input}] to {i}"),
+                    f32_rows(y),
+                    (act * u).into_data().to_vec().unwrap(),
+                    3.0 * tol,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn norm_qkv_heads_match_the_composed_ops() {
+    for (dtype, tol) in DTYPES {
+        for d in [64, 128] {
+            for (hq, hkv) in [(4, 4), (4, 2), (8, 2)] {
+                for (rows, offset, norm, bias) in [
+                    (1, 0, true, false),
+                    (1, 2040, true, true),
+                    (3, 300, false, false),
+                    (6, 7, true, false),
+                ] {
+                    let layout = QkvLayout {
+                        heads: hq,
+                        kv_heads: hkv,
+                        head_dim: d,
+                    };
+                    let input = 1024;
+                    let width = layout.width();
+                    let (x, x_r) = pair([rows, input], 19, dtype, 2.0);
+                    let (g, g_r) = pair([input], 20, dtype, 1.5);
+                    let (w, w_r) = weight_pair([input, width], 21, dtype, true);
+                    let (b, b_r) = pair([width], 22, dtype, 0.5);
+                    let (qw, qw_r) = pair([d], 23, dtype, 1.0);
+                    let (kw, kw_r) = pair([d], 24, dtype, 1.0);
+                    let freqs: Vec<f64> = (0..d / 2)
+                        .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
+                        .collect();
+                    let rope = RotaryEmbedding::<Mlx>::new(&freqs, &device());
+                    let dense = decode::Dense {
+                        weight: &w,
+                        bias: bias.then_some(&b),
+                    };
+                    let norms = norm.then_some((&qw, &kw));
+                    let at = At::Host(offset);
+                    let [q, k, v] = decode::norm_qkv_heads(
+                        x.clone(),
+                        &g,
+                        1e-6,
+                        dense,
+                        layout,
+                        norms,
+                        1e-6,
+                        &rope,
+                        &at,
+                    );
+                    let device_at =
+                        At::Device(Tensor::<Mlx, 1, Int>::from_ints([offset as i32], &device()));
+                    let [qj, kv] = decode::norm_qkv_heads_joint(
+                        x, &g, 1e-6, dense, layout, norms, 1e-6, &rope, &device_at,
+                    );
+                    let joint = f32_rows(Tensor::cat(vec![k.clone(), v.clone()], 1));
+                    check("norm_qkv_heads_joint q", f32_rows(qj), f32_rows(q.clone()), 0.0);
+                    check("norm_qkv_heads_joint kv", f32_rows(kv), joint, 0.0);
+                    let mut qkv_r = rms_norm_ref(x_r, g_r, 1e-6).matmul(w_r);
+                    if bias {
+                        qkv_r = qkv_r + b_r.unsqueeze::<2>();
+                    }
+                    let heads = |t: Tensor<R, 2>, n: usize| t.reshape([rows, n, 1, d]);
+                    let qr = heads(qkv_r.clone().narrow(1, 0, hq * d), hq);
+                    let kr = heads(qkv_r.clone().narrow(1, hq * d, hkv * d), hkv);
+                    let vr = heads(qkv_r.narrow(1, (hq + hkv) * d, hkv * d), hkv);
+                    let (qr, kr) = if norm {
+                        (
+                            rms_norm_ref(qr, qw_r.clone(), 1e-6),
+                            rms_norm_ref(kr, kw_r.clone(), 1e-6),
+                        )
+                    } else {
+                        (qr, kr)
+                    };
+                    let label = format!(
+                        "norm_qkv_heads {dtype:?} d {d} heads {hq}/{hkv} rows {rows} at {offset} norm {norm} bias {bias}"
+                    );
+                    let tol = tol.max(4e-4) * 3.0;
+                    let want = |t: Tensor<R, 4>| t.into_data().to_vec::<f32>().unwrap();
+                    // `rope_ref` rotates `[1, heads, seq, d]`: the rows are sequences here.
+                    let rope_rows = |t: Tensor<R, 4>| {
+                        let [_, n, _, _] = t.dims();
+                        rope_ref(t.reshape([1, rows * n, 1, d]), &freqs, offset)
+                    };
+                    check(&label, f32_rows(q), want(rope_rows(qr)), tol);
+                    check(&label, f32_rows(k), want(rope_rows(kr)), tol);
+                    check(&label, f32_rows(v), want(vr), tol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "linear_add: the input rows hold 100 values, the weight [64, 32]")]
+fn linear_add_rejects_a_wrong_input_width() {
+    let x = Tensor::<Mlx, 2>::zeros([1, 100], &device());
+    let w = Tensor::<Mlx, 2>::zeros([64, 32], &device());
+    let res = Tensor::<Mlx, 2>::zeros([1, 32], &device());
+    let dense = decode::Dense {
+        weight: &w,
+        bias: None,
+    };
+    decode::linear_add(x, dense, res);
 }

@@ -206,6 +206,18 @@ impl<B: Backend> Linear<B> {
         }
     }
 
+    /// The layer as [`decode::Dense`] (`[in, out]` and the bias) when its weight is dense and it
+    /// has no low-rank update: what the fused decode-step kernels take.
+    fn dense(&self) -> Option<decode::Dense<'_, B>> {
+        match (&self.weight, &self.lora) {
+            (Weight::Dense(w_t), None) => Some(decode::Dense {
+                weight: w_t,
+                bias: self.bias.as_ref(),
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether the weight is quantized.
     pub fn is_quantized(&self) -> bool {
         matches!(self.weight, Weight::Quantized(_))
@@ -317,6 +329,15 @@ impl<B: Backend, const N: usize> Packed<B, N> {
                 )
             }
             _ => Packed::Separate(parts),
+        }
+    }
+
+    /// The fused layer as [`decode::Dense`] (see [`Linear::dense`]); `None` when the layers are
+    /// separate.
+    fn fused_dense(&self) -> Option<decode::Dense<'_, B>> {
+        match self {
+            Packed::Fused(layer, _) => layer.dense(),
+            Packed::Separate(_) => None,
         }
     }
 
@@ -831,6 +852,97 @@ impl<B: Backend> DecoderLayer<B> {
                 add_norm(h, out, next_norm)
             }
         })
+    }
+
+    /// The layer's QKV, output, gate/up and down projections as [`decode::Dense`] when a decode
+    /// step can run it through [`step`](Self::step): a Llama or Qwen block (pre-norm, no sliding
+    /// window, no Gemma norms) whose QKV and gate/up projections are fused, every projection
+    /// dense and without a low-rank update.
+    fn step_parts(&self) -> Option<[decode::Dense<'_, B>; 4]> {
+        if self.feedforward_norms.is_some() || self.window.is_some() {
+            return None;
+        }
+        Some([
+            self.self_attn.qkv.fused_dense()?,
+            self.self_attn.o_proj.dense()?,
+            self.mlp.gate_up.fused_dense()?,
+            self.mlp.down_proj.dense()?,
+        ])
+    }
+
+    /// One decode step of the block on `x` (`[batch, hidden]`: the newest position of each of the
+    /// cache's sequences, at `position`, with no padding): the block's output. Each projection
+    /// carries its neighbours ([`decode::norm_qkv_heads_joint`], [`decode::linear_add`],
+    /// [`decode::norm_gated`]), so on CUDA the block is four kernels, the cache write and the
+    /// attention.
+    ///
+    /// Only for a block that [`step_parts`](Self::step_parts) accepts.
+    fn step(
+        &self,
+        x: Tensor<B, 2>,
+        cache: &mut LayerCache<B>,
+        rope: &RotaryEmbedding<B>,
+        position: &Position<B>,
+    ) -> Result<Tensor<B, 2>> {
+        let Some([qkv, o_proj, gate_up, down_proj]) = self.step_parts() else {
+            return Err(LlmError::Input(
+                "DecoderLayer::step: the block has no fused, dense projections".into(),
+            ));
+        };
+        let attn = &self.self_attn;
+        let (hq, hkv, d) = (attn.num_heads, attn.num_kv_heads, attn.head_dim);
+        let layout = QkvLayout {
+            heads: hq,
+            kv_heads: hkv,
+            head_dim: d,
+        };
+        let at = match position {
+            Position::Host(offset) => At::Host(*offset),
+            Position::Device { offset, .. } => At::Device(offset.clone()),
+        };
+        let qk_norms = attn.qk_norm.as_ref().map(|(q, k)| (&q.weight, &k.weight));
+        let qk_eps = attn.qk_norm.as_ref().map_or(0.0, |(q, _)| q.eps);
+        let (norm, eps) = (&self.input_layernorm.weight, self.input_layernorm.eps);
+        let scale = 1.0 / (d as f64).sqrt();
+        let len = decode_length(position);
+        let attended = if cache.is_joint() {
+            let [q, kv] = decode::norm_qkv_heads_joint(
+                x.clone(),
+                norm,
+                eps,
+                qkv,
+                layout,
+                qk_norms,
+                qk_eps,
+                rope,
+                &at,
+            );
+            let kv = cache.write_joint(kv, position);
+            decode::decode_attention_joint(q, kv, &len, scale, None)
+        } else {
+            let [q, k, v] = decode::norm_qkv_heads(
+                x.clone(),
+                norm,
+                eps,
+                qkv,
+                layout,
+                qk_norms,
+                qk_eps,
+                rope,
+                &at,
+            );
+            let (k, v) = cache.write_whole(k, v, position);
+            decode::decode_attention(q, k, v, &len, scale, None)
+        };
+        let h = decode::linear_add(attended, o_proj, x);
+        let gate = if self.mlp.gelu {
+            Gate::GeluTanh
+        } else {
+            Gate::Silu
+        };
+        let post = &self.post_attention_layernorm;
+        let act = decode::norm_gated(h.clone(), &post.weight, post.eps, gate_up, gate);
+        Ok(decode::linear_add(act, down_proj, h))
     }
 
     /// [`forward`](Self::forward) for `batch` sequences of `seq` positions from 0 without a
@@ -1418,6 +1530,19 @@ impl<B: Backend> Llm<B> {
             },
             Position::Device { .. } => PassMasks::default(),
         };
+        // One position per sequence, a few sequences, no masks: each block a decode step of
+        // fused projections, where every block has them.
+        let step = seq == 1
+            && batch <= decode::MAX_FUSED_ROWS
+            && masks.full.is_none()
+            && masks.sliding.is_none()
+            && self.layers.iter().all(|l| l.step_parts().is_some());
+        if step {
+            for (layer, layer_cache) in self.layers.iter().zip(caches) {
+                x = layer.step(x, layer_cache, &self.rope, position)?;
+            }
+            return self.lm_head.matmul_t(self.norm.forward(x));
+        }
         let mut normed = match self.layers.first() {
             Some(first) => first.input_layernorm.forward(x.clone()),
             None => self.norm.forward(x.clone()),

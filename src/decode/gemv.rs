@@ -1,0 +1,395 @@
+//! The CUDA kernels of [`super::projection`]: a decode step's projections (a few rows times a
+//! weight matrix) with the work around them fused in, each one MLX custom kernel.
+//!
+//! A decode step multiplies one row per sequence by each weight: bound by reading the weight,
+//! and on MLX by the host's work per primitive. Each kernel here stages its input rows in shared
+//! memory (normalized first where the projection follows an RMS norm), lets one warp take one
+//! output column at a time (a row of the stored `[out, in]` weight, read with 16-byte loads) and
+//! finishes the column in the same kernel: the residual add, the gated activation, or, for a
+//! QKV projection whose block holds one head, the head's RMS norm and RoPE.
+//!
+//! The weights come as Burn's `[in, out]` view of the stored `[out, in]` matrix, read in place
+//! through their strides (the kernels are made without `ensure_row_contiguous`); another layout
+//! is read element by element, correctly but slowly. Every value is rounded to the dtype where
+//! the composed ops round it (after the product, the bias, the norm), so the results match them
+//! within the dtype's rounding.
+
+use super::cuda::{dims_i32, HEADER};
+use crate::error::MlxError;
+use crate::native::kernel::{self, CudaKernel, TemplateArg};
+use mlx_rs::{Array, Dtype};
+
+/// Most rows (sequences of a batch) a kernel takes: each warp keeps one sum per row.
+pub(super) const MAX_ROWS: usize = 4;
+
+/// Bytes of shared memory a kernel may use for its staged input rows.
+const STAGE_BYTES: usize = 32 * 1024;
+
+/// Helpers of the kernels below, after [`HEADER`]'s reductions.
+const GEMV_HEADER: &str = r#"
+// Copies R rows of `x` (element (r, k) at r*xs0 + k*xs1) into `xs` ([R][K], T). With NORMED each
+// row is RMS-normalized with weight `g` and `eps` first, rounded as MLX's rms_norm rounds:
+// T(g * T(x * inv)). Ends with a barrier.
+template <typename T, int R, int K, bool NORMED>
+__device__ void bm_stage_rows(const T* x, long xs0, long xs1, const T* g, long gs, float eps,
+                              T* xs, float* red) {
+  for (int r = 0; r < R; ++r) {
+    float inv = 1.f;
+    if (NORMED) {
+      float ss = 0.f;
+      for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        const float f = static_cast<float>(x[r * xs0 + k * xs1]);
+        ss += f * f;
+      }
+      inv = rsqrtf(bm_block_sum(ss, red) / K + eps);
+    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      const float f = static_cast<float>(x[r * xs0 + k * xs1]);
+      xs[r * K + k] = NORMED
+          ? static_cast<T>(static_cast<float>(g[k * gs]) *
+                           static_cast<float>(static_cast<T>(f * inv)))
+          : static_cast<T>(f);
+    }
+  }
+  __syncthreads();
+}
+
+// acc[r] = sum over k of xs[r][k] * w[k * wk] (a row of K weights, `wk` apart), by one warp:
+// every lane gets the sums. Contiguous, aligned rows are read 16 bytes per lane and load.
+template <typename T, int R, int K>
+__device__ void bm_row_dot(const T* w, long wk, const T* xs, float* acc) {
+  constexpr int V = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  if (wk == 1 && K % V == 0 && (reinterpret_cast<size_t>(w) & 15) == 0) {
+#pragma unroll 4
+    for (int k0 = lane * V; k0 < K; k0 += 32 * V) {
+      const uint4 wv = *reinterpret_cast<const uint4*>(w + k0);
+      const T* we = reinterpret_cast<const T*>(&wv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(xs + r * K + k0);
+        const T* xe = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          acc[r] += static_cast<float>(we[j]) * static_cast<float>(xe[j]);
+        }
+      }
+    }
+  } else {
+    for (int k = lane; k < K; k += 32) {
+      const float wv = static_cast<float>(w[k * wk]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += wv * static_cast<float>(xs[r * K + k]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = bm_warp_sum(acc[r]);
+}
+
+// The product's value of column n as the composed ops leave it: rounded, plus the bias, rounded.
+template <typename T, bool BIAS>
+__device__ __forceinline__ float bm_column(float acc, const T* bias, long bs, long n) {
+  float y = static_cast<float>(static_cast<T>(acc));
+  if (BIAS) y = static_cast<float>(static_cast<T>(y + static_cast<float>(bias[n * bs])));
+  return y;
+}
+"#;
+
+/// `y = res + x·W (+ b)`: `x` `[R, K]`, `W` as `[K, N]`, `res` `[R, N]`. One warp per column,
+/// 8 per block.
+const LINEAR_ADD: &str = r#"
+  __shared__ __align__(16) T xs[R * K];
+  __shared__ float red[32];
+  bm_stage_rows<T, R, K, false>(x, x_strides[0], x_strides[1], x, 0, 0.f, xs, red);
+  const int lane = threadIdx.x & 31;
+  const long n = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (n >= N) return;
+  float acc[R];
+  bm_row_dot<T, R, K>(w + n * w_strides[1], w_strides[0], xs, acc);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = bm_column<T, BIAS>(acc[r], bias, bias_strides[0], n);
+      const float s = static_cast<float>(res[r * res_strides[0] + n * res_strides[1]]);
+      y[r * N + n] = static_cast<T>(s + v);
+    }
+  }
+"#;
+
+/// `y = act(g) · u` with `[g | u] = rms_norm(x)·W (+ b)`: `x` `[R, K]`, `W` as `[K, 2·I]` (gate
+/// columns, then up). One warp per output column (its gate and up columns), 8 per block.
+const NORM_GATED: &str = r#"
+  __shared__ __align__(16) T xs[R * K];
+  __shared__ float red[32];
+  bm_stage_rows<T, R, K, true>(x, x_strides[0], x_strides[1], g, g_strides[0],
+                               __int_as_float(EPS), xs, red);
+  const int lane = threadIdx.x & 31;
+  const long j = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (j >= I) return;
+  float ga[R], ua[R];
+  bm_row_dot<T, R, K>(w + j * w_strides[1], w_strides[0], xs, ga);
+  bm_row_dot<T, R, K>(w + (j + I) * w_strides[1], w_strides[0], xs, ua);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float gv = bm_column<T, BIAS>(ga[r], bias, bias_strides[0], j);
+      const float uv = bm_column<T, BIAS>(ua[r], bias, bias_strides[0], j + I);
+      float act;
+      if (GELU) {
+        act = 0.5f * gv * (1.f + tanhf(0.7978845608028654f * (gv + 0.044715f * gv * gv * gv)));
+      } else {
+        act = gv / (1.f + expf(-gv));
+      }
+      y[r * I + j] = static_cast<T>(act * uv);
+    }
+  }
+"#;
+
+/// The heads of `rms_norm(x)·W (+ b)` (`x` `[R, K]`, one position of each of `R` sequences at
+/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head (16 warps, `D / 16` columns
+/// each); a query or key head is then normalized with `qw`/`kw` (when `NORM`) and rotated, as
+/// [`super::cuda`]'s `QKV_NORM_ROPE` does. Writes `q` `[R, HQ, 1, D]` and keys and values as
+/// `K_OUT`/`V_OUT` say (one `kv` buffer or two).
+const NORM_QKV_HEADS: &str = r#"
+  constexpr int WARPS = 16;
+  constexpr int HALF = D / 2;
+  constexpr int PER = (HALF + 31) / 32;
+  __shared__ __align__(16) T xs[R * K];
+  __shared__ float red[32];
+  __shared__ float o[R][D];
+  bm_stage_rows<T, R, K, true>(x, x_strides[0], x_strides[1], g, g_strides[0],
+                               __int_as_float(EPS), xs, red);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int head = blockIdx.x;
+  for (int c = warp; c < D; c += WARPS) {
+    const long n = (long)head * D + c;
+    float acc[R];
+    bm_row_dot<T, R, K>(w + n * w_strides[1], w_strides[0], xs, acc);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) o[r][c] = bm_column<T, BIAS>(acc[r], bias, bias_strides[0], n);
+    }
+  }
+  __syncthreads();
+  if (warp >= R) return;
+  const int bi = warp;
+  const float* src = o[bi];
+  if (head >= HQ + HKV) {
+    T* dst = V_OUT(head - HQ - HKV);
+    for (int i = lane; i < D; i += 32) dst[i] = static_cast<T>(src[i]);
+    return;
+  }
+  const bool is_q = head < HQ;
+  const int hh = is_q ? head : head - HQ;
+  T* dst = is_q ? q + ((size_t)bi * HQ + hh) * D : K_OUT(hh);
+  float a[PER], b[PER];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    a[j] = 0.f;
+    b[j] = 0.f;
+    if (i < HALF) {
+      a[j] = src[i];
+      b[j] = src[i + HALF];
+      ss += a[j] * a[j] + b[j] * b[j];
+    }
+  }
+  if (NORM) {
+    const float inv = rsqrtf(bm_warp_sum(ss) / D + __int_as_float(QK_EPS));
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = lane + 32 * j;
+      if (i < HALF) {
+        const float wa = static_cast<float>(is_q ? qw[i] : kw[i]);
+        const float wb = static_cast<float>(is_q ? qw[i + HALF] : kw[i + HALF]);
+        a[j] = static_cast<float>(static_cast<T>(a[j] * inv * wa));
+        b[j] = static_cast<float>(static_cast<T>(b[j] * inv * wb));
+      }
+    }
+  }
+  const float p = static_cast<float>(pos[0]);
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    if (i < HALF) {
+      float s, c;
+      sincosf(p * static_cast<float>(freqs[i]), &s, &c);
+      dst[i] = static_cast<T>(a[j] * c - b[j] * s);
+      dst[i + HALF] = static_cast<T>(b[j] * c + a[j] * s);
+    }
+  }
+"#;
+
+/// Whether a kernel here takes `rows` input rows of `k` values of `dtype`.
+pub(super) fn fits(rows: usize, k: usize, dtype: Dtype) -> bool {
+    let size = match dtype {
+        Dtype::Float32 => 4,
+        Dtype::Bfloat16 | Dtype::Float16 => 2,
+        _ => return false,
+    };
+    (1..=MAX_ROWS).contains(&rows) && rows * k * size <= STAGE_BYTES
+}
+
+fn with_kernel<T>(
+    name: &'static str,
+    inputs: &[&str],
+    outputs: &[&str],
+    source: impl FnOnce() -> String,
+    f: impl FnOnce(&CudaKernel) -> T,
+) -> T {
+    let header = format!("{HEADER}{GEMV_HEADER}");
+    kernel::with_strided_kernel(name, inputs, outputs, source, &header, f)
+}
+
+/// The arrays and sizes of one projection: input rows `x` (`[rows, k]`), the weight `w` (as
+/// `[k, n]`) and its bias (`None`: no bias).
+pub(super) struct Projection<'a> {
+    pub x: &'a Array,
+    pub w: &'a Array,
+    pub bias: Option<&'a Array>,
+    pub rows: usize,
+    pub k: usize,
+}
+
+impl Projection<'_> {
+    /// The bias, or (unread) the weight standing in for it.
+    fn bias_or_weight(&self) -> &Array {
+        self.bias.unwrap_or(self.w)
+    }
+}
+
+/// `residual + x·w (+ bias)`, `[rows, n]`.
+pub(super) fn linear_add(p: &Projection, n: usize, residual: &Array) -> Result<Array, MlxError> {
+    let dtype = p.x.dtype();
+    let shape = dims_i32(&[p.rows, n]);
+    with_kernel(
+        "burn_mlx_linear_add",
+        &["x", "w", "bias", "res"],
+        &["y"],
+        || LINEAR_ADD.to_string(),
+        |k| {
+            k.apply(
+                &[p.x, p.w, p.bias_or_weight(), residual],
+                &[(&shape, dtype)],
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("R", p.rows as i32),
+                    TemplateArg::Int("K", p.k as i32),
+                    TemplateArg::Int("N", n as i32),
+                    TemplateArg::Int("BIAS", p.bias.is_some() as i32),
+                ],
+                [n.div_ceil(8) as i32 * 256, 1, 1],
+                [256, 1, 1],
+            )
+        },
+    )
+    .map(|mut out| out.remove(0))
+}
+
+/// `act(gate) · up` of `rms_norm(x, norm, eps)·w (+ bias)` (`w` as `[k, 2·i]`), `[rows, i]`.
+pub(super) fn norm_gated(
+    p: &Projection,
+    norm: &Array,
+    eps: f32,
+    i: usize,
+    gelu: bool,
+) -> Result<Array, MlxError> {
+    let dtype = p.x.dtype();
+    let shape = dims_i32(&[p.rows, i]);
+    with_kernel(
+        "burn_mlx_norm_gated",
+        &["x", "g", "w", "bias"],
+        &["y"],
+        || NORM_GATED.to_string(),
+        |k| {
+            k.apply(
+                &[p.x, norm, p.w, p.bias_or_weight()],
+                &[(&shape, dtype)],
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("R", p.rows as i32),
+                    TemplateArg::Int("K", p.k as i32),
+                    TemplateArg::Int("I", i as i32),
+                    TemplateArg::Int("EPS", eps.to_bits() as i32),
+                    TemplateArg::Int("BIAS", p.bias.is_some() as i32),
+                    TemplateArg::Int("GELU", gelu as i32),
+                ],
+                [i.div_ceil(8) as i32 * 256, 1, 1],
+                [256, 1, 1],
+            )
+        },
+    )
+    .map(|mut out| out.remove(0))
+}
+
+/// The query, key and value heads of `rms_norm(x, norm, eps)·w (+ bias)` for one position of
+/// each of `rows` sequences at `pos`; see [`NORM_QKV_HEADS`]. `qk_norms` are the query and key
+/// norms' weights (with `qk_eps`). With `joint`, `[q, kv]` (`kv`: `[rows, 2·hkv, 1, d]`), else
+/// `[q, k, v]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn norm_qkv_heads(
+    p: &Projection,
+    norm: &Array,
+    eps: f32,
+    [hq, hkv, d]: [usize; 3],
+    qk_norms: Option<(&Array, &Array)>,
+    qk_eps: f32,
+    freqs: &Array,
+    pos: &Array,
+    joint: bool,
+) -> Result<Vec<Array>, MlxError> {
+    let dtype = p.x.dtype();
+    let rows = p.rows;
+    // Without norms their weights are not read: the frequencies stand in for them.
+    let (qw, kw) = qk_norms.unwrap_or((freqs, freqs));
+    let q_shape = dims_i32(&[rows, hq, 1, d]);
+    let kv_shape = dims_i32(&[rows, 2 * hkv, 1, d]);
+    let k_shape = dims_i32(&[rows, hkv, 1, d]);
+    // The head layout macros of `QKV_NORM_ROPE`, for one position per sequence.
+    let (name, outputs, shapes, layout): (_, &[&str], Vec<(&[i32], Dtype)>, _) = if joint {
+        (
+            "burn_mlx_norm_qkv_heads_joint",
+            &["q", "kv"],
+            vec![(&q_shape, dtype), (&kv_shape, dtype)],
+            "#define K_OUT(h) (kv + ((size_t)bi * 2 * HKV + (h)) * D)\n\
+             #define V_OUT(h) (kv + ((size_t)bi * 2 * HKV + HKV + (h)) * D)\n",
+        )
+    } else {
+        (
+            "burn_mlx_norm_qkv_heads",
+            &["q", "k", "v"],
+            vec![(&q_shape, dtype), (&k_shape, dtype), (&k_shape, dtype)],
+            "#define K_OUT(h) (k + ((size_t)bi * HKV + (h)) * D)\n\
+             #define V_OUT(h) (v + ((size_t)bi * HKV + (h)) * D)\n",
+        )
+    };
+    with_kernel(
+        name,
+        &["x", "g", "w", "bias", "qw", "kw", "freqs", "pos"],
+        outputs,
+        || format!("{layout}{NORM_QKV_HEADS}"),
+        |k| {
+            k.apply(
+                &[p.x, norm, p.w, p.bias_or_weight(), qw, kw, freqs, pos],
+                &shapes,
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("R", rows as i32),
+                    TemplateArg::Int("K", p.k as i32),
+                    TemplateArg::Int("HQ", hq as i32),
+                    TemplateArg::Int("HKV", hkv as i32),
+                    TemplateArg::Int("D", d as i32),
+                    TemplateArg::Int("EPS", eps.to_bits() as i32),
+                    TemplateArg::Int("QK_EPS", qk_eps.to_bits() as i32),
+                    TemplateArg::Int("NORM", qk_norms.is_some() as i32),
+                    TemplateArg::Int("BIAS", p.bias.is_some() as i32),
+                ],
+                [(hq + 2 * hkv) as i32 * 512, 1, 1],
+                [512, 1, 1],
+            )
+        },
+    )
+}

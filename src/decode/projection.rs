@@ -1,0 +1,355 @@
+//! A decode step's projections with their neighbours fused in: the norm before a projection, the
+//! residual add after one, the gated activation after the gate/up projection, and the head split,
+//! norms and RoPE after the QKV projection. With them a pre-norm decoder layer (Llama, Qwen) is
+//! four kernels, the cache write and the attention:
+//!
+//! ```text
+//! q, kv = norm_qkv_heads_joint(x, input_norm, qkv)      // norm, QKV product, heads, norms, RoPE
+//! kv    = cache.write(kv)
+//! h     = linear_add(decode_attention_joint(q, kv), o_proj, x)
+//! x     = linear_add(norm_gated(h, post_norm, gate_up), down_proj, h)
+//! ```
+//!
+//! On [`Mlx`](crate::Mlx)'s CUDA device, for up to [`MAX_FUSED_ROWS`] rows, each is one MLX custom
+//! kernel (`src/decode/gemv.rs`); everywhere else they are the composed ops ([`rms_norm`], a
+//! matrix product, [`super::qkv_heads`], [`super::gated`]), with the same results within the
+//! dtype's rounding.
+
+use super::gemv::{self, Projection};
+use super::{array_of, gated, heads, kernel_input, At, Gate, QkvLayout};
+use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, RotaryEmbedding};
+use crate::tensor::{MlxTensor, OrPanic};
+use burn_tensor::backend::Backend;
+use burn_tensor::Tensor;
+use mlx_rs::{Array, Dtype};
+
+/// Most rows (one position of each sequence of a batch) the fused kernels take; more rows take
+/// the composed ops, whose matrix products serve them better.
+pub const MAX_FUSED_ROWS: usize = gemv::MAX_ROWS;
+
+/// A dense linear layer's parameters as burn-nn's `Linear` holds them: `weight` `[in, out]`
+/// (`y = x·weight + bias`). A transposed view of a stored `[out, in]` matrix is read in place.
+#[derive(Debug, Clone, Copy)]
+pub struct Dense<'a, B: Backend> {
+    /// `[in, out]`.
+    pub weight: &'a Tensor<B, 2>,
+    /// `[out]`, or none.
+    pub bias: Option<&'a Tensor<B, 1>>,
+}
+
+impl<B: Backend> Dense<'_, B> {
+    /// `[in, out]`.
+    fn dims(&self) -> [usize; 2] {
+        self.weight.dims()
+    }
+
+    /// `x·weight + bias`, composed.
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let y = x.matmul(self.weight.clone());
+        match self.bias {
+            Some(b) => y + b.clone().unsqueeze::<2>(),
+            None => y,
+        }
+    }
+
+    /// Checks that `x` (`[rows, in]`) fits, naming `op`.
+    fn check(&self, op: &str, x: &Tensor<B, 2>) {
+        let [_, k] = x.dims();
+        let [input, out] = self.dims();
+        assert_eq!(
+            k, input,
+            "{op}: the input rows hold {k} values, the weight [{input}, {out}] takes {input}"
+        );
+        if let Some(b) = self.bias {
+            assert_eq!(
+                b.dims()[0],
+                out,
+                "{op}: the bias has {} values, the weight [{input}, {out}] makes {out}",
+                b.dims()[0]
+            );
+        }
+    }
+}
+
+/// The MLX arrays of `x` and `dense` when a fused kernel runs for them: `x` on the CUDA device
+/// with [`MAX_FUSED_ROWS`] rows or fewer, and the weight and bias dense in `x`'s dtype.
+fn fused_inputs<B: Backend>(
+    x: Tensor<B, 2>,
+    dense: &Dense<B>,
+) -> Result<(MlxTensor, Array, Option<Array>), Tensor<B, 2>> {
+    let t = kernel_input(x)?;
+    let [rows, k] = rows_cols(&t);
+    let dtype = t.array.dtype();
+    let weight = dense_array(dense.weight.clone(), dtype);
+    let bias = dense.bias.map(|b| dense_array(b.clone(), dtype));
+    match (weight, bias) {
+        (Some(w), None) if gemv::fits(rows, k, dtype) => Ok((t, w, None)),
+        (Some(w), Some(Some(b))) if gemv::fits(rows, k, dtype) => Ok((t, w, Some(b))),
+        _ => Err(float_from_mlx(t)),
+    }
+}
+
+/// The MLX array of `t` when it is dense (not quantized) and of `dtype`.
+fn dense_array<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: Dtype) -> Option<Array> {
+    match float_on_mlx(t) {
+        Ok(t) if t.array.dtype() == dtype => Some(t.array),
+        _ => None,
+    }
+}
+
+/// `[rows, columns]` of a 2-D MLX tensor.
+fn rows_cols(t: &MlxTensor) -> [usize; 2] {
+    let shape = t.array.shape();
+    [shape[0] as usize, shape[1] as usize]
+}
+
+/// `residual + x·weight (+ bias)`: a projection and the residual connection after it.
+///
+/// # Panics
+///
+/// When `x` (`[rows, in]`), the layer and `residual` (`[rows, out]`) do not fit together.
+pub fn linear_add<B: Backend>(
+    x: Tensor<B, 2>,
+    dense: Dense<B>,
+    residual: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    dense.check("linear_add", &x);
+    let [rows, _] = x.dims();
+    let [_, n] = dense.dims();
+    assert_eq!(
+        residual.dims(),
+        [rows, n],
+        "linear_add: the residual is {:?}, the projection makes [{rows}, {n}]",
+        residual.dims()
+    );
+    let x = match fused_inputs(x, &dense) {
+        Ok((t, w, b)) => {
+            let r = array_of(&residual);
+            let [rows, k] = rows_cols(&t);
+            let p = Projection {
+                x: &t.array,
+                w: &w,
+                bias: b.as_ref(),
+                rows,
+                k,
+            };
+            let y = t
+                .device
+                .scope(|| gemv::linear_add(&p, n, &r))
+                .or_panic("linear_add", &[&t.array, &w]);
+            return float_from_mlx(t.with(y));
+        }
+        Err(x) => x,
+    };
+    residual + dense.forward(x)
+}
+
+/// `act(gate) · up` of `rms_norm(x, norm, eps)·weight (+ bias)`, the gate/up projection's output
+/// (`[rows, 2·i]`: the gate's `i` columns, then the up projection's): a pre-norm gated MLP up to
+/// its down projection. Returns `[rows, i]`.
+///
+/// # Panics
+///
+/// When `x` (`[rows, in]`), `norm` (`[in]`) and the layer do not fit together, or the layer's
+/// width is odd.
+pub fn norm_gated<B: Backend>(
+    x: Tensor<B, 2>,
+    norm: &Tensor<B, 1>,
+    eps: f64,
+    dense: Dense<B>,
+    gate: Gate,
+) -> Tensor<B, 2> {
+    dense.check("norm_gated", &x);
+    check_norm("norm_gated", &x, norm);
+    let [_, width] = dense.dims();
+    assert!(
+        width % 2 == 0,
+        "norm_gated: the gate/up projection's width {width} is odd"
+    );
+    let x = match fused_inputs(x, &dense) {
+        Ok((t, w, b)) => {
+            let g = array_of(norm);
+            let [rows, k] = rows_cols(&t);
+            let p = Projection {
+                x: &t.array,
+                w: &w,
+                bias: b.as_ref(),
+                rows,
+                k,
+            };
+            let gelu = gate == Gate::GeluTanh;
+            let y = t
+                .device
+                .scope(|| gemv::norm_gated(&p, &g, eps as f32, width / 2, gelu))
+                .or_panic("norm_gated", &[&t.array, &w]);
+            return float_from_mlx(t.with(y));
+        }
+        Err(x) => x,
+    };
+    gated(dense.forward(rms_norm(x, norm.clone(), eps)), gate)
+}
+
+/// The heads of a pre-norm QKV projection for one position of each sequence: `x` (`[batch, in]`,
+/// the sequences' newest positions, all at `offset`) is normalized with `norm` and `eps`,
+/// projected, and split as [`super::qkv_heads`] does (with the query/key `qk_norms` and `rope`).
+/// Returns `[queries, keys, values]`, `[batch, heads, 1, head_dim]` each.
+///
+/// # Panics
+///
+/// When the shapes do not fit together (see [`super::qkv_heads`]).
+#[allow(clippy::too_many_arguments)]
+pub fn norm_qkv_heads<B: Backend>(
+    x: Tensor<B, 2>,
+    norm: &Tensor<B, 1>,
+    eps: f64,
+    dense: Dense<B>,
+    layout: QkvLayout,
+    qk_norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
+    qk_eps: f64,
+    rope: &RotaryEmbedding<B>,
+    offset: &At<B>,
+) -> [Tensor<B, 4>; 3] {
+    let step = QkvStep {
+        norm,
+        eps,
+        dense,
+        layout,
+        qk_norms,
+        qk_eps,
+        rope,
+        offset,
+    };
+    let mut out = step.run(x, false).into_iter();
+    let mut next = || out.next().expect("three outputs");
+    [next(), next(), next()]
+}
+
+/// [`norm_qkv_heads`] with the keys and values in one tensor, `[batch, 2 · kv_heads, 1,
+/// head_dim]` (as [`super::qkv_heads_joint`] makes them). Returns `[queries, keys and values]`.
+///
+/// # Panics
+///
+/// As [`norm_qkv_heads`].
+#[allow(clippy::too_many_arguments)]
+pub fn norm_qkv_heads_joint<B: Backend>(
+    x: Tensor<B, 2>,
+    norm: &Tensor<B, 1>,
+    eps: f64,
+    dense: Dense<B>,
+    layout: QkvLayout,
+    qk_norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
+    qk_eps: f64,
+    rope: &RotaryEmbedding<B>,
+    offset: &At<B>,
+) -> [Tensor<B, 4>; 2] {
+    let step = QkvStep {
+        norm,
+        eps,
+        dense,
+        layout,
+        qk_norms,
+        qk_eps,
+        rope,
+        offset,
+    };
+    let mut out = step.run(x, true).into_iter();
+    let mut next = || out.next().expect("two outputs");
+    [next(), next()]
+}
+
+/// The arguments of [`norm_qkv_heads`] and [`norm_qkv_heads_joint`].
+struct QkvStep<'a, B: Backend> {
+    norm: &'a Tensor<B, 1>,
+    eps: f64,
+    dense: Dense<'a, B>,
+    layout: QkvLayout,
+    qk_norms: Option<(&'a Tensor<B, 1>, &'a Tensor<B, 1>)>,
+    qk_eps: f64,
+    rope: &'a RotaryEmbedding<B>,
+    offset: &'a At<B>,
+}
+
+impl<B: Backend> QkvStep<'_, B> {
+    fn run(&self, x: Tensor<B, 2>, joint: bool) -> Vec<Tensor<B, 4>> {
+        let op = "norm_qkv_heads";
+        self.dense.check(op, &x);
+        check_norm(op, &x, self.norm);
+        let QkvLayout {
+            heads: hq,
+            kv_heads: hkv,
+            head_dim: d,
+        } = self.layout;
+        let [_, width] = self.dense.dims();
+        assert_eq!(
+            width,
+            self.layout.width(),
+            "{op}: the projection is {width} wide, the layout ({hq} + 2·{hkv} heads of {d}) \
+             needs {}",
+            self.layout.width()
+        );
+        assert_eq!(
+            self.rope.head_dim(),
+            d,
+            "{op}: the rotary embedding is for heads of {}, the layout's are {d}",
+            self.rope.head_dim()
+        );
+        let [batch, _] = x.dims();
+        let x = match fused_inputs(x, &self.dense) {
+            Ok((t, w, b)) if d % 2 == 0 && d <= 256 => {
+                let g = array_of(self.norm);
+                let qk = self.qk_norms.map(|(q, k)| (array_of(q), array_of(k)));
+                let freqs = array_of(self.rope.inverse_frequencies());
+                let pos = self.offset.array();
+                let [rows, k] = rows_cols(&t);
+                let p = Projection {
+                    x: &t.array,
+                    w: &w,
+                    bias: b.as_ref(),
+                    rows,
+                    k,
+                };
+                let out = t
+                    .device
+                    .scope(|| {
+                        gemv::norm_qkv_heads(
+                            &p,
+                            &g,
+                            self.eps as f32,
+                            [hq, hkv, d],
+                            qk.as_ref().map(|(q, k)| (q, k)),
+                            self.qk_eps as f32,
+                            &freqs,
+                            &pos,
+                            joint,
+                        )
+                    })
+                    .or_panic(op, &[&t.array, &w]);
+                return out.into_iter().map(|a| float_from_mlx(t.with(a))).collect();
+            }
+            Ok((t, ..)) => float_from_mlx(t),
+            Err(x) => x,
+        };
+        let qkv = self.dense.forward(rms_norm(x, self.norm.clone(), self.eps));
+        heads(
+            qkv,
+            batch,
+            self.layout,
+            self.qk_norms,
+            self.qk_eps,
+            self.rope,
+            self.offset,
+            joint,
+        )
+    }
+}
+
+/// Checks that `norm` is as long as `x`'s rows (the message names `op`).
+fn check_norm<B: Backend>(op: &str, x: &Tensor<B, 2>, norm: &Tensor<B, 1>) {
+    let [_, k] = x.dims();
+    assert_eq!(
+        norm.dims()[0],
+        k,
+        "{op}: the norm's weight has {} values, the input rows {k}",
+        norm.dims()[0]
+    );
+}
