@@ -3,10 +3,11 @@
 //!
 //! A decode step multiplies one row per sequence by each weight: bound by reading the weight,
 //! and on MLX by the host's work per primitive. Each kernel here stages its input rows in shared
-//! memory (normalized first where the projection follows an RMS norm), lets one warp take one
-//! output column at a time (a row of the stored `[out, in]` weight, read with 16-byte loads) and
-//! finishes the column in the same kernel: the residual add, the gated activation, or, for a
-//! QKV projection whose block holds one head, the head's RMS norm and RoPE.
+//! memory (normalized first where the projection follows an RMS norm), lets one warp take one or
+//! two output columns at a time (rows of the stored `[out, in]` weight, read with 16-byte loads,
+//! eight in flight per lane) and finishes the columns in the same kernel: the residual add, the
+//! gated activation, or, for a QKV projection whose block holds one head, the head's RMS norm and
+//! RoPE.
 //!
 //! The weights come as Burn's `[in, out]` view of the stored `[out, in]` matrix, read in place
 //! through their strides (the kernels are made without `ensure_row_contiguous`); another layout
@@ -27,65 +28,131 @@ const STAGE_BYTES: usize = 32 * 1024;
 
 /// Helpers of the kernels below, after [`HEADER`]'s reductions.
 const GEMV_HEADER: &str = r#"
-// Copies R rows of `x` (element (r, k) at r*xs0 + k*xs1) into `xs` ([R][K], T). With NORMED each
-// row is RMS-normalized with weight `g` and `eps` first, rounded as MLX's rms_norm rounds:
-// T(g * T(x * inv)). Ends with a barrier.
+// Copies R rows of `x` (element (r, k) at r*xs0 + k*xs1) into `xs` ([R][K], T), 16 bytes per
+// load where the rows are contiguous and aligned. With NORMED each row is then RMS-normalized
+// with weight `g` and `eps` in place, rounded as MLX's rms_norm rounds: T(g * T(x * inv)). Ends
+// with a barrier.
 template <typename T, int R, int K, bool NORMED>
 __device__ void bm_stage_rows(const T* x, long xs0, long xs1, const T* g, long gs, float eps,
                               T* xs, float* red) {
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = xs1 == 1 && K % V == 0 && xs0 % V == 0 &&
+                   (reinterpret_cast<size_t>(x) & 15) == 0;
   for (int r = 0; r < R; ++r) {
-    float inv = 1.f;
-    if (NORMED) {
-      float ss = 0.f;
+    float ss = 0.f;
+    if (vec) {
+      for (int c = threadIdx.x; c < K / V; c += blockDim.x) {
+        const uint4 u = *reinterpret_cast<const uint4*>(x + r * xs0 + c * V);
+        *reinterpret_cast<uint4*>(xs + r * K + c * V) = u;
+        const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float f = static_cast<float>(e[j]);
+          ss += f * f;
+        }
+      }
+    } else {
       for (int k = threadIdx.x; k < K; k += blockDim.x) {
-        const float f = static_cast<float>(x[r * xs0 + k * xs1]);
+        const T v = x[r * xs0 + k * xs1];
+        xs[r * K + k] = v;
+        const float f = static_cast<float>(v);
         ss += f * f;
       }
-      inv = rsqrtf(bm_block_sum(ss, red) / K + eps);
     }
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      const float f = static_cast<float>(x[r * xs0 + k * xs1]);
-      xs[r * K + k] = NORMED
-          ? static_cast<T>(static_cast<float>(g[k * gs]) *
-                           static_cast<float>(static_cast<T>(f * inv)))
-          : static_cast<T>(f);
+    if (NORMED) {
+      // The block sum's barriers also make every thread's copy visible.
+      const float inv = rsqrtf(bm_block_sum(ss, red) / K + eps);
+      for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        const float f = static_cast<float>(xs[r * K + k]);
+        xs[r * K + k] = static_cast<T>(static_cast<float>(g[k * gs]) *
+                                       static_cast<float>(static_cast<T>(f * inv)));
+      }
     }
   }
   __syncthreads();
 }
 
-// acc[r] = sum over k of xs[r][k] * w[k * wk] (a row of K weights, `wk` apart), by one warp:
-// every lane gets the sums. Contiguous, aligned rows are read 16 bytes per lane and load.
-template <typename T, int R, int K>
-__device__ void bm_row_dot(const T* w, long wk, const T* xs, float* acc) {
+// acc[c][r] = sum over k of xs[r][k] * w[c * cs + k * wk]: C weight columns (`cs` apart, each
+// K values `wk` apart) against R staged rows, by one warp; every lane gets the sums. Contiguous,
+// aligned columns are read 16 bytes per lane and load, eight loads in flight per lane, so that
+// the warp waits for memory once per eight loads rather than once per load.
+template <typename T, int R, int K, int C>
+__device__ void bm_cols_dot(const T* w, long cs, long wk, const T* xs, float (&acc)[C][R]) {
   constexpr int V = 16 / sizeof(T);
+  constexpr int STEP = 32 * V;
+  constexpr int ITERS = K / STEP;
+  constexpr int CH = 8 / C > 0 ? 8 / C : 1;
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.f;
-  if (wk == 1 && K % V == 0 && (reinterpret_cast<size_t>(w) & 15) == 0) {
-#pragma unroll 4
-    for (int k0 = lane * V; k0 < K; k0 += 32 * V) {
-      const uint4 wv = *reinterpret_cast<const uint4*>(w + k0);
-      const T* we = reinterpret_cast<const T*>(&wv);
+  for (int c = 0; c < C; ++c) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint4 xv = *reinterpret_cast<const uint4*>(xs + r * K + k0);
-        const T* xe = reinterpret_cast<const T*>(&xv);
+    for (int r = 0; r < R; ++r) acc[c][r] = 0.f;
+  }
+  const bool vec = wk == 1 && K % V == 0 && cs % V == 0 &&
+                   (reinterpret_cast<size_t>(w) & 15) == 0;
+  if (vec) {
+    for (int i0 = 0; i0 < ITERS; i0 += CH) {
+      uint4 wv[C][CH];
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          acc[r] += static_cast<float>(we[j]) * static_cast<float>(xe[j]);
+      for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int i = 0; i < CH; ++i) {
+          if (i0 + i < ITERS) {
+            wv[c][i] = *reinterpret_cast<const uint4*>(w + c * cs + (i0 + i) * STEP + lane * V);
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        if (i0 + i < ITERS) {
+          const int k0 = (i0 + i) * STEP + lane * V;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const uint4 xv = *reinterpret_cast<const uint4*>(xs + r * K + k0);
+            const T* xe = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+              const T* we = reinterpret_cast<const T*>(&wv[c][i]);
+#pragma unroll
+              for (int j = 0; j < V; ++j) {
+                acc[c][r] += static_cast<float>(we[j]) * static_cast<float>(xe[j]);
+              }
+            }
+          }
+        }
+      }
+    }
+    // The last K % STEP values: one 16-byte load for the lanes that have one.
+    const int k0 = ITERS * STEP + lane * V;
+    if (k0 < K) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const uint4 wv = *reinterpret_cast<const uint4*>(w + c * cs + k0);
+        const T* we = reinterpret_cast<const T*>(&wv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            acc[c][r] += static_cast<float>(we[j]) * static_cast<float>(xs[r * K + k0 + j]);
+          }
         }
       }
     }
   } else {
     for (int k = lane; k < K; k += 32) {
-      const float wv = static_cast<float>(w[k * wk]);
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += wv * static_cast<float>(xs[r * K + k]);
+      for (int c = 0; c < C; ++c) {
+        const float wv = static_cast<float>(w[c * cs + k * wk]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[c][r] += wv * static_cast<float>(xs[r * K + k]);
+      }
     }
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = bm_warp_sum(acc[r]);
+  for (int c = 0; c < C; ++c) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[c][r] = bm_warp_sum(acc[c][r]);
+  }
 }
 
 // The product's value of column n as the composed ops leave it: rounded, plus the bias, rounded.
@@ -106,12 +173,12 @@ const LINEAR_ADD: &str = r#"
   const int lane = threadIdx.x & 31;
   const long n = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
   if (n >= N) return;
-  float acc[R];
-  bm_row_dot<T, R, K>(w + n * w_strides[1], w_strides[0], xs, acc);
+  float acc[1][R];
+  bm_cols_dot<T, R, K, 1>(w + n * w_strides[1], 0, w_strides[0], xs, acc);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float v = bm_column<T, BIAS>(acc[r], bias, bias_strides[0], n);
+      const float v = bm_column<T, BIAS>(acc[0][r], bias, bias_strides[0], n);
       const float s = static_cast<float>(res[r * res_strides[0] + n * res_strides[1]]);
       y[r * N + n] = static_cast<T>(s + v);
     }
@@ -128,14 +195,13 @@ const NORM_GATED: &str = r#"
   const int lane = threadIdx.x & 31;
   const long j = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
   if (j >= I) return;
-  float ga[R], ua[R];
-  bm_row_dot<T, R, K>(w + j * w_strides[1], w_strides[0], xs, ga);
-  bm_row_dot<T, R, K>(w + (j + I) * w_strides[1], w_strides[0], xs, ua);
+  float acc[2][R];
+  bm_cols_dot<T, R, K, 2>(w + j * w_strides[1], I * w_strides[1], w_strides[0], xs, acc);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float gv = bm_column<T, BIAS>(ga[r], bias, bias_strides[0], j);
-      const float uv = bm_column<T, BIAS>(ua[r], bias, bias_strides[0], j + I);
+      const float gv = bm_column<T, BIAS>(acc[0][r], bias, bias_strides[0], j);
+      const float uv = bm_column<T, BIAS>(acc[1][r], bias, bias_strides[0], j + I);
       float act;
       if (GELU) {
         act = 0.5f * gv * (1.f + tanhf(0.7978845608028654f * (gv + 0.044715f * gv * gv * gv)));
@@ -148,8 +214,8 @@ const NORM_GATED: &str = r#"
 "#;
 
 /// The heads of `rms_norm(x)·W (+ b)` (`x` `[R, K]`, one position of each of `R` sequences at
-/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head (16 warps, `D / 16` columns
-/// each); a query or key head is then normalized with `qw`/`kw` (when `NORM`) and rotated, as
+/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head, 16 warps that take two columns
+/// at a time; a query or key head is then normalized with `qw`/`kw` (when `NORM`) and rotated, as
 /// [`super::cuda`]'s `QKV_NORM_ROPE` does. Writes `q` `[R, HQ, 1, D]` and keys and values as
 /// `K_OUT`/`V_OUT` say (one `kv` buffer or two).
 const NORM_QKV_HEADS: &str = r#"
@@ -163,13 +229,17 @@ const NORM_QKV_HEADS: &str = r#"
                                __int_as_float(EPS), xs, red);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int head = blockIdx.x;
-  for (int c = warp; c < D; c += WARPS) {
+  // Two columns per warp at a time (D is even).
+  for (int c = 2 * warp; c < D; c += 2 * WARPS) {
     const long n = (long)head * D + c;
-    float acc[R];
-    bm_row_dot<T, R, K>(w + n * w_strides[1], w_strides[0], xs, acc);
+    float acc[2][R];
+    bm_cols_dot<T, R, K, 2>(w + n * w_strides[1], w_strides[1], w_strides[0], xs, acc);
     if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) o[r][c] = bm_column<T, BIAS>(acc[r], bias, bias_strides[0], n);
+      for (int r = 0; r < R; ++r) {
+        o[r][c] = bm_column<T, BIAS>(acc[0][r], bias, bias_strides[0], n);
+        o[r][c + 1] = bm_column<T, BIAS>(acc[1][r], bias, bias_strides[0], n + 1);
+      }
     }
   }
   __syncthreads();

@@ -291,11 +291,9 @@ fn with_any_kernel<T>(
     }
     KERNELS.with(|cell| {
         let mut map = cell.borrow_mut();
-        let kernel = map
-            .entry(name)
-            .or_insert_with(|| {
-                CudaKernel::new(name, inputs, outputs, &source(), header, row_contiguous)
-            });
+        let kernel = map.entry(name).or_insert_with(|| {
+            CudaKernel::new(name, inputs, outputs, &source(), header, row_contiguous)
+        });
         f(kernel)
     })
 }
