@@ -28,80 +28,134 @@ const STAGE_BYTES: usize = 32 * 1024;
 
 /// Helpers of the kernels below, after [`HEADER`]'s reductions.
 const GEMV_HEADER: &str = r#"
-// Copies R rows of `x` (element (r, k) at r*xs0 + k*xs1) into `xs` ([R][K], T), 16 bytes per
-// load where the rows are contiguous and aligned. With NORMED each row is then RMS-normalized
-// with weight `g` and `eps` in place, rounded as MLX's rms_norm rounds: T(g * T(x * inv)). Ends
-// with a barrier.
-template <typename T, int R, int K, bool NORMED>
+// Copies R rows of `x` (element (r, k) at r*xs0 + k*xs1) into `xs` ([R][K], T), by a block of
+// THREADS threads. With NORMED each row is RMS-normalized with weight `g` and `eps`, rounded as
+// MLX's rms_norm rounds: T(g * T(x * inv)). Contiguous, aligned rows are read 16 bytes per load,
+// the row and its weight together, and kept in registers across the block sum, so that staging
+// waits on memory once. Ends with a barrier.
+template <typename T, int R, int K, bool NORMED, int THREADS>
 __device__ void bm_stage_rows(const T* x, long xs0, long xs1, const T* g, long gs, float eps,
                               T* xs, float* red) {
   constexpr int V = 16 / sizeof(T);
+  constexpr int CHUNKS = K / V;
+  constexpr int PER = (CHUNKS + THREADS - 1) / THREADS;
   const bool vec = xs1 == 1 && K % V == 0 && xs0 % V == 0 &&
-                   (reinterpret_cast<size_t>(x) & 15) == 0;
+                   (reinterpret_cast<size_t>(x) & 15) == 0 &&
+                   (!NORMED || (gs == 1 && (reinterpret_cast<size_t>(g) & 15) == 0));
   for (int r = 0; r < R; ++r) {
-    float ss = 0.f;
     if (vec) {
-      for (int c = threadIdx.x; c < K / V; c += blockDim.x) {
-        const uint4 u = *reinterpret_cast<const uint4*>(x + r * xs0 + c * V);
-        *reinterpret_cast<uint4*>(xs + r * K + c * V) = u;
-        const T* e = reinterpret_cast<const T*>(&u);
+      uint4 xv[PER], gv[PER];
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float f = static_cast<float>(e[j]);
-          ss += f * f;
+      for (int p = 0; p < PER; ++p) {
+        const int c = threadIdx.x + p * THREADS;
+        if (c < CHUNKS) {
+          xv[p] = *reinterpret_cast<const uint4*>(x + r * xs0 + c * V);
+          if (NORMED) gv[p] = *reinterpret_cast<const uint4*>(g + c * V);
+        }
+      }
+      float inv = 1.f;
+      if (NORMED) {
+        float ss = 0.f;
+#pragma unroll
+        for (int p = 0; p < PER; ++p) {
+          if (threadIdx.x + p * THREADS < CHUNKS) {
+            const T* e = reinterpret_cast<const T*>(&xv[p]);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              const float f = static_cast<float>(e[j]);
+              ss += f * f;
+            }
+          }
+        }
+        inv = rsqrtf(bm_block_sum(ss, red) / K + eps);
+      }
+#pragma unroll
+      for (int p = 0; p < PER; ++p) {
+        const int c = threadIdx.x + p * THREADS;
+        if (c < CHUNKS) {
+          uint4 o = xv[p];
+          if (NORMED) {
+            const T* e = reinterpret_cast<const T*>(&xv[p]);
+            const T* ge = reinterpret_cast<const T*>(&gv[p]);
+            T* oe = reinterpret_cast<T*>(&o);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              oe[j] = static_cast<T>(static_cast<float>(ge[j]) *
+                                     static_cast<float>(static_cast<T>(
+                                         static_cast<float>(e[j]) * inv)));
+            }
+          }
+          *reinterpret_cast<uint4*>(xs + r * K + c * V) = o;
         }
       }
     } else {
-      for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      float ss = 0.f;
+      for (int k = threadIdx.x; k < K; k += THREADS) {
         const T v = x[r * xs0 + k * xs1];
         xs[r * K + k] = v;
         const float f = static_cast<float>(v);
         ss += f * f;
       }
-    }
-    if (NORMED) {
-      // The block sum's barriers also make every thread's copy visible.
-      const float inv = rsqrtf(bm_block_sum(ss, red) / K + eps);
-      for (int k = threadIdx.x; k < K; k += blockDim.x) {
-        const float f = static_cast<float>(xs[r * K + k]);
-        xs[r * K + k] = static_cast<T>(static_cast<float>(g[k * gs]) *
-                                       static_cast<float>(static_cast<T>(f * inv)));
+      if (NORMED) {
+        // The block sum's barriers also make every thread's copy visible.
+        const float inv = rsqrtf(bm_block_sum(ss, red) / K + eps);
+        for (int k = threadIdx.x; k < K; k += THREADS) {
+          const float f = static_cast<float>(xs[r * K + k]);
+          xs[r * K + k] = static_cast<T>(static_cast<float>(g[k * gs]) *
+                                         static_cast<float>(static_cast<T>(f * inv)));
+        }
       }
     }
   }
   __syncthreads();
 }
 
-// acc[c][r] = sum over k of xs[r][k] * w[c * cs + k * wk]: C weight columns (`cs` apart, each
-// K values `wk` apart) against R staged rows, by one warp; every lane gets the sums. Contiguous,
-// aligned columns are read 16 bytes per lane and load, eight loads in flight per lane, so that
-// the warp waits for memory once per eight loads rather than once per load.
-template <typename T, int R, int K, int C>
-__device__ void bm_cols_dot(const T* w, long cs, long wk, const T* xs, float (&acc)[C][R]) {
+// Whether C weight columns from `w` (`cs` apart, each K values `wk` apart) can be read 16 bytes
+// per load: contiguous and aligned.
+template <typename T, int K>
+__device__ __forceinline__ bool bm_vec_cols(const T* w, long cs, long wk) {
+  constexpr int V = 16 / sizeof(T);
+  return wk == 1 && K % V == 0 && cs % V == 0 && (reinterpret_cast<size_t>(w) & 15) == 0;
+}
+
+// Loads the 16-byte pieces i0 .. i0 + CH of C contiguous columns (piece i of a column holds,
+// for this lane, values i*32*V + lane*V .. + V).
+template <typename T, int K, int C, int CH>
+__device__ __forceinline__ void bm_load_cols(const T* w, long cs, int i0, uint4 (&wv)[C][CH]) {
   constexpr int V = 16 / sizeof(T);
   constexpr int STEP = 32 * V;
   constexpr int ITERS = K / STEP;
-  constexpr int CH = 8 / C > 0 ? 8 / C : 1;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+      if (i0 + i < ITERS) {
+        wv[c][i] = *reinterpret_cast<const uint4*>(w + c * cs + (i0 + i) * STEP + lane * V);
+      }
+    }
+  }
+}
+
+// acc[c][r] = sum over k of xs[r][k] * w[c * cs + k * wk]: C weight columns against R staged
+// rows, by one warp; every lane gets the sums. With `vec` (see bm_vec_cols) the columns are read
+// CH pieces at a time, the first CH already in `wv` (loaded by the caller before staging, so that
+// the weights' latency hides the staging's); otherwise element by element.
+template <typename T, int R, int K, int C, int CH>
+__device__ void bm_cols_dot(const T* w, long cs, long wk, const T* xs, bool vec,
+                            uint4 (&wv)[C][CH], float (&acc)[C][R]) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int STEP = 32 * V;
+  constexpr int ITERS = K / STEP;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[c][r] = 0.f;
   }
-  const bool vec = wk == 1 && K % V == 0 && cs % V == 0 &&
-                   (reinterpret_cast<size_t>(w) & 15) == 0;
   if (vec) {
     for (int i0 = 0; i0 < ITERS; i0 += CH) {
-      uint4 wv[C][CH];
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-#pragma unroll
-        for (int i = 0; i < CH; ++i) {
-          if (i0 + i < ITERS) {
-            wv[c][i] = *reinterpret_cast<const uint4*>(w + c * cs + (i0 + i) * STEP + lane * V);
-          }
-        }
-      }
+      if (i0 > 0) bm_load_cols<T, K, C, CH>(w, cs, i0, wv);
 #pragma unroll
       for (int i = 0; i < CH; ++i) {
         if (i0 + i < ITERS) {
@@ -127,8 +181,8 @@ __device__ void bm_cols_dot(const T* w, long cs, long wk, const T* xs, float (&a
     if (k0 < K) {
 #pragma unroll
       for (int c = 0; c < C; ++c) {
-        const uint4 wv = *reinterpret_cast<const uint4*>(w + c * cs + k0);
-        const T* we = reinterpret_cast<const T*>(&wv);
+        const uint4 t = *reinterpret_cast<const uint4*>(w + c * cs + k0);
+        const T* we = reinterpret_cast<const T*>(&t);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -142,9 +196,9 @@ __device__ void bm_cols_dot(const T* w, long cs, long wk, const T* xs, float (&a
     for (int k = lane; k < K; k += 32) {
 #pragma unroll
       for (int c = 0; c < C; ++c) {
-        const float wv = static_cast<float>(w[c * cs + k * wk]);
+        const float t = static_cast<float>(w[c * cs + k * wk]);
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[c][r] += wv * static_cast<float>(xs[r * K + k]);
+        for (int r = 0; r < R; ++r) acc[c][r] += t * static_cast<float>(xs[r * K + k]);
       }
     }
   }
@@ -165,16 +219,22 @@ __device__ __forceinline__ float bm_column(float acc, const T* bias, long bs, lo
 "#;
 
 /// `y = res + x·W (+ b)`: `x` `[R, K]`, `W` as `[K, N]`, `res` `[R, N]`. One warp per column,
-/// 8 per block.
+/// 8 per block; each warp loads its column's first half kilobyte per lane before staging `x`.
 const LINEAR_ADD: &str = r#"
+  constexpr int CH = 8;
   __shared__ __align__(16) T xs[R * K];
   __shared__ float red[32];
-  bm_stage_rows<T, R, K, false>(x, x_strides[0], x_strides[1], x, 0, 0.f, xs, red);
   const int lane = threadIdx.x & 31;
   const long n = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (n >= N) return;
+  const bool live = n < N;
+  const T* col = w + (live ? n : 0) * w_strides[1];
+  const bool vec = bm_vec_cols<T, K>(col, 0, w_strides[0]);
+  uint4 wv[1][CH];
+  if (live && vec) bm_load_cols<T, K, 1, CH>(col, 0, 0, wv);
+  bm_stage_rows<T, R, K, false, 256>(x, x_strides[0], x_strides[1], x, 0, 0.f, xs, red);
+  if (!live) return;
   float acc[1][R];
-  bm_cols_dot<T, R, K, 1>(w + n * w_strides[1], 0, w_strides[0], xs, acc);
+  bm_cols_dot<T, R, K, 1, CH>(col, 0, w_strides[0], xs, vec, wv, acc);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -188,15 +248,22 @@ const LINEAR_ADD: &str = r#"
 /// `y = act(g) · u` with `[g | u] = rms_norm(x)·W (+ b)`: `x` `[R, K]`, `W` as `[K, 2·I]` (gate
 /// columns, then up). One warp per output column (its gate and up columns), 8 per block.
 const NORM_GATED: &str = r#"
+  constexpr int CH = 4;
   __shared__ __align__(16) T xs[R * K];
   __shared__ float red[32];
-  bm_stage_rows<T, R, K, true>(x, x_strides[0], x_strides[1], g, g_strides[0],
-                               __int_as_float(EPS), xs, red);
   const int lane = threadIdx.x & 31;
   const long j = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (j >= I) return;
+  const bool live = j < I;
+  const T* col = w + (live ? j : 0) * w_strides[1];
+  const long cs = I * w_strides[1];
+  const bool vec = bm_vec_cols<T, K>(col, cs, w_strides[0]);
+  uint4 wv[2][CH];
+  if (live && vec) bm_load_cols<T, K, 2, CH>(col, cs, 0, wv);
+  bm_stage_rows<T, R, K, true, 256>(x, x_strides[0], x_strides[1], g, g_strides[0],
+                                    __int_as_float(EPS), xs, red);
+  if (!live) return;
   float acc[2][R];
-  bm_cols_dot<T, R, K, 2>(w + j * w_strides[1], I * w_strides[1], w_strides[0], xs, acc);
+  bm_cols_dot<T, R, K, 2, CH>(col, cs, w_strides[0], xs, vec, wv, acc);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -214,31 +281,41 @@ const NORM_GATED: &str = r#"
 "#;
 
 /// The heads of `rms_norm(x)·W (+ b)` (`x` `[R, K]`, one position of each of `R` sequences at
-/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head, 16 warps that take two columns
-/// at a time; a query or key head is then normalized with `qw`/`kw` (when `NORM`) and rotated, as
-/// [`super::cuda`]'s `QKV_NORM_ROPE` does. Writes `q` `[R, HQ, 1, D]` and keys and values as
-/// `K_OUT`/`V_OUT` say (one `kv` buffer or two).
+/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head, 16 warps of `min(D/16, 8)`
+/// columns at a time (the first ones loaded before staging); a query or key head is then
+/// normalized with `qw`/`kw` (when `NORM`) and rotated, as [`super::cuda`]'s `QKV_NORM_ROPE`
+/// does. Writes `q` `[R, HQ, 1, D]` and keys and values as `K_OUT`/`V_OUT` say (one `kv`
+/// buffer or two).
 const NORM_QKV_HEADS: &str = r#"
   constexpr int WARPS = 16;
+  constexpr int C = D / WARPS < 8 ? D / WARPS : 8;
+  constexpr int CH = 16 / C;
   constexpr int HALF = D / 2;
   constexpr int PER = (HALF + 31) / 32;
   __shared__ __align__(16) T xs[R * K];
   __shared__ float red[32];
   __shared__ float o[R][D];
-  bm_stage_rows<T, R, K, true>(x, x_strides[0], x_strides[1], g, g_strides[0],
-                               __int_as_float(EPS), xs, red);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int head = blockIdx.x;
-  // Two columns per warp at a time (D is even).
-  for (int c = 2 * warp; c < D; c += 2 * WARPS) {
+  const long ws = w_strides[1];
+  const T* col = w + ((long)head * D + warp * C) * ws;
+  const bool vec = bm_vec_cols<T, K>(col, ws, w_strides[0]);
+  uint4 wv[C][CH];
+  if (vec) bm_load_cols<T, K, C, CH>(col, ws, 0, wv);
+  bm_stage_rows<T, R, K, true, WARPS * 32>(x, x_strides[0], x_strides[1], g, g_strides[0],
+                                           __int_as_float(EPS), xs, red);
+  for (int c = warp * C; c < D; c += WARPS * C) {
     const long n = (long)head * D + c;
-    float acc[2][R];
-    bm_cols_dot<T, R, K, 2>(w + n * w_strides[1], w_strides[1], w_strides[0], xs, acc);
+    float acc[C][R];
+    if (c != warp * C && vec) bm_load_cols<T, K, C, CH>(w + n * ws, ws, 0, wv);
+    bm_cols_dot<T, R, K, C, CH>(w + n * ws, ws, w_strides[0], xs, vec, wv, acc);
     if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        o[r][c] = bm_column<T, BIAS>(acc[0][r], bias, bias_strides[0], n);
-        o[r][c + 1] = bm_column<T, BIAS>(acc[1][r], bias, bias_strides[0], n + 1);
+      for (int i = 0; i < C; ++i) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          o[r][c + i] = bm_column<T, BIAS>(acc[i][r], bias, bias_strides[0], n + i);
+        }
       }
     }
   }

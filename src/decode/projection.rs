@@ -295,7 +295,7 @@ impl<B: Backend> QkvStep<'_, B> {
         );
         let [batch, _] = x.dims();
         let x = match fused_inputs(x, &self.dense) {
-            Ok((t, w, b)) if d % 2 == 0 && d <= 256 => {
+            Ok((t, w, b)) if d % 16 == 0 && d <= 256 => {
                 let g = array_of(self.norm);
                 let qk = self.qk_norms.map(|(q, k)| (array_of(q), array_of(k)));
                 let freqs = array_of(self.rope.inverse_frequencies());
