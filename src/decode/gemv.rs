@@ -282,14 +282,16 @@ const NORM_GATED: &str = r#"
 
 /// The heads of `rms_norm(x)·W (+ b)` (`x` `[R, K]`, one position of each of `R` sequences at
 /// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head, 16 warps of `min(D/16, 8)`
-/// columns at a time (the first ones loaded before staging); a query or key head is then
+/// columns at a time (their first loads issued before staging); a query or key head is then
 /// normalized with `qw`/`kw` (when `NORM`) and rotated, as [`super::cuda`]'s `QKV_NORM_ROPE`
 /// does. Writes `q` `[R, HQ, 1, D]` and keys and values as `K_OUT`/`V_OUT` say (one `kv`
 /// buffer or two).
 const NORM_QKV_HEADS: &str = r#"
   constexpr int WARPS = 16;
   constexpr int C = D / WARPS < 8 ? D / WARPS : 8;
-  constexpr int CH = 16 / C;
+  // Sixteen loads in flight per lane for one row; eight for more, whose sums take the registers
+  // (a block of 512 threads may use at most 128 each).
+  constexpr int CH = (R == 1 ? 16 : 8) / C > 0 ? (R == 1 ? 16 : 8) / C : 1;
   constexpr int HALF = D / 2;
   constexpr int PER = (HALF + 31) / 32;
   __shared__ __align__(16) T xs[R * K];
