@@ -281,17 +281,14 @@ const NORM_GATED: &str = r#"
 "#;
 
 /// The heads of `rms_norm(x)·W (+ b)` (`x` `[R, K]`, one position of each of `R` sequences at
-/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head, 16 warps of `min(D/16, 8)`
-/// columns at a time (their first loads issued before staging); a query or key head is then
+/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head, `WARPS` warps of
+/// `min(D/WARPS, 8)` columns at a time (their first loads issued before staging); a query or key head is then
 /// normalized with `qw`/`kw` (when `NORM`) and rotated, as [`super::cuda`]'s `QKV_NORM_ROPE`
 /// does. Writes `q` `[R, HQ, 1, D]` and keys and values as `K_OUT`/`V_OUT` say (one `kv`
 /// buffer or two).
 const NORM_QKV_HEADS: &str = r#"
-  constexpr int WARPS = 16;
   constexpr int C = D / WARPS < 8 ? D / WARPS : 8;
-  // Sixteen loads in flight per lane for one row; eight for more, whose sums take the registers
-  // (a block of 512 threads may use at most 128 each).
-  constexpr int CH = (R == 1 ? 16 : 8) / C > 0 ? (R == 1 ? 16 : 8) / C : 1;
+  constexpr int CH = 16 / C;
   constexpr int HALF = D / 2;
   constexpr int PER = (HALF + 31) / 32;
   __shared__ __align__(16) T xs[R * K];
@@ -371,6 +368,18 @@ const NORM_QKV_HEADS: &str = r#"
     }
   }
 "#;
+
+/// Warps per block of [`NORM_QKV_HEADS`]. Sixteen (512 threads, at most 128 registers each)
+/// for one row of 16-bit values and heads of 128, the decode step of a Llama or Qwen model in
+/// bf16 or f16, whose kernel fits them; eight elsewhere (256 threads, which the 255 registers a
+/// thread may have always fit: an f32 kernel asks for more than 128).
+fn qkv_warps(rows: usize, d: usize, dtype: Dtype) -> i32 {
+    if rows == 1 && d == 128 && dtype != Dtype::Float32 {
+        16
+    } else {
+        8
+    }
+}
 
 /// Whether a kernel here takes `rows` input rows of `k` values of `dtype`.
 pub(super) fn fits(rows: usize, k: usize, dtype: Dtype) -> bool {
@@ -496,6 +505,8 @@ pub(super) fn norm_qkv_heads(
     let (qw, kw) = qk_norms.unwrap_or((freqs, freqs));
     let q_shape = dims_i32(&[rows, hq, 1, d]);
     let kv_shape = dims_i32(&[rows, 2 * hkv, 1, d]);
+    let warps = qkv_warps(rows, d, dtype);
+    let threads = warps * 32;
     let k_shape = dims_i32(&[rows, hkv, 1, d]);
     // The head layout macros of `QKV_NORM_ROPE`, for one position per sequence.
     let (name, outputs, shapes, layout): (_, &[&str], Vec<(&[i32], Dtype)>, _) = if joint {
@@ -535,9 +546,10 @@ pub(super) fn norm_qkv_heads(
                     TemplateArg::Int("QK_EPS", qk_eps.to_bits() as i32),
                     TemplateArg::Int("NORM", qk_norms.is_some() as i32),
                     TemplateArg::Int("BIAS", p.bias.is_some() as i32),
+                    TemplateArg::Int("WARPS", warps),
                 ],
-                [(hq + 2 * hkv) as i32 * 512, 1, 1],
-                [512, 1, 1],
+                [(hq + 2 * hkv) as i32 * threads, 1, 1],
+                [threads, 1, 1],
             )
         },
     )
