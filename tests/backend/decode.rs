@@ -120,6 +120,27 @@ fn rope_ref(x: Tensor<R, 4>, freqs: &[f64], offset: usize) -> Tensor<R, 4> {
     )
 }
 
+/// The query, key and value heads of a reference QKV output (`[rows, (hq + 2·hkv)·d]`, laid out
+/// by `heads`), the query and key heads RMS-normalized with `norms` where given.
+fn heads_ref(
+    qkv: Tensor<R, 2>,
+    [hq, hkv, d]: [usize; 3],
+    heads: impl Fn(Tensor<R, 2>, usize) -> Tensor<R, 4>,
+    norms: Option<(&Tensor<R, 1>, &Tensor<R, 1>)>,
+) -> [Tensor<R, 4>; 3] {
+    let q = heads(qkv.clone().narrow(1, 0, hq * d), hq);
+    let k = heads(qkv.clone().narrow(1, hq * d, hkv * d), hkv);
+    let v = heads(qkv.narrow(1, (hq + hkv) * d, hkv * d), hkv);
+    match norms {
+        Some((qw, kw)) => [
+            rms_norm_ref(q, qw.clone(), 1e-6),
+            rms_norm_ref(k, kw.clone(), 1e-6),
+            v,
+        ],
+        None => [q, k, v],
+    }
+}
+
 #[test]
 fn qkv_heads_match_the_composed_ops() {
     for (dtype, tol) in DTYPES {
@@ -166,17 +187,8 @@ fn qkv_heads_match_the_composed_ops() {
                         let heads = |t: Tensor<R, 2>, n: usize| {
                             t.reshape([batch, seq, n, d]).swap_dims(1, 2)
                         };
-                        let qr = heads(qkv_r.clone().narrow(1, 0, hq * d), hq);
-                        let kr = heads(qkv_r.clone().narrow(1, hq * d, hkv * d), hkv);
-                        let vr = heads(qkv_r.narrow(1, (hq + hkv) * d, hkv * d), hkv);
-                        let (qr, kr) = if norm {
-                            (
-                                rms_norm_ref(qr, qw_r.clone(), 1e-6),
-                                rms_norm_ref(kr, kw_r.clone(), 1e-6),
-                            )
-                        } else {
-                            (qr, kr)
-                        };
+                        let [qr, kr, vr] =
+                            heads_ref(qkv_r, [hq, hkv, d], heads, norm.then_some((&qw_r, &kw_r)));
                         let label = format!(
                             "qkv_heads {dtype:?} d {d} heads {hq}/{hkv} batch {batch} seq {seq} at {offset} norm {norm}"
                         );
@@ -464,17 +476,8 @@ fn norm_qkv_heads_match_the_composed_ops() {
                 qkv_r = qkv_r + b_r.unsqueeze::<2>();
             }
             let heads = |t: Tensor<R, 2>, n: usize| t.reshape([rows, n, 1, d]);
-            let qr = heads(qkv_r.clone().narrow(1, 0, hq * d), hq);
-            let kr = heads(qkv_r.clone().narrow(1, hq * d, hkv * d), hkv);
-            let vr = heads(qkv_r.narrow(1, (hq + hkv) * d, hkv * d), hkv);
-            let (qr, kr) = if norm {
-                (
-                    rms_norm_ref(qr, qw_r.clone(), 1e-6),
-                    rms_norm_ref(kr, kw_r.clone(), 1e-6),
-                )
-            } else {
-                (qr, kr)
-            };
+            let [qr, kr, vr] =
+                heads_ref(qkv_r, [hq, hkv, d], heads, norm.then_some((&qw_r, &kw_r)));
             let label = format!(
                         "norm_qkv_heads {dtype:?} d {d} heads {hq}/{hkv} rows {rows} at {offset} norm {norm} bias {bias}"
                     );
