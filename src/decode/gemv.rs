@@ -19,6 +19,7 @@ use super::cuda::{dims_i32, HEADER};
 use crate::error::MlxError;
 use crate::native::kernel::{self, CudaKernel, TemplateArg};
 use mlx_rs::{Array, Dtype};
+use std::sync::OnceLock;
 
 /// Most rows (sequences of a batch) a kernel takes: each warp keeps one sum per row.
 pub(super) const MAX_ROWS: usize = 4;
@@ -391,6 +392,9 @@ pub(super) fn fits(rows: usize, k: usize, dtype: Dtype) -> bool {
     (1..=MAX_ROWS).contains(&rows) && rows * k * size <= STAGE_BYTES
 }
 
+/// [`kernel::with_strided_kernel`] with [`HEADER`]'s reductions and this module's helpers as the
+/// header, joined once per process (every decode step calls the kernels, and only a kernel's
+/// first use reads the header).
 fn with_kernel<T>(
     name: &'static str,
     inputs: &[&str],
@@ -398,8 +402,9 @@ fn with_kernel<T>(
     source: impl FnOnce() -> String,
     f: impl FnOnce(&CudaKernel) -> T,
 ) -> T {
-    let header = format!("{HEADER}{GEMV_HEADER}");
-    kernel::with_strided_kernel(name, inputs, outputs, source, &header, f)
+    static JOINED: OnceLock<String> = OnceLock::new();
+    let header = JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}"));
+    kernel::with_strided_kernel(name, inputs, outputs, source, header, f)
 }
 
 /// The arrays and sizes of one projection: input rows `x` (`[rows, k]`), the weight `w` (as
