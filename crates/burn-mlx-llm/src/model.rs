@@ -495,10 +495,7 @@ impl<B: Backend> Attention<B> {
         let scale = 1.0 / (d as f64).sqrt();
         let (q, k, v) = match &self.qkv {
             Packed::Fused(layer, _) => {
-                let at = match position {
-                    Position::Host(offset) => At::Host(*offset),
-                    Position::Device { offset, .. } => At::Device(offset.clone()),
-                };
+                let at = decode_position(position);
                 let norms = self.qk_norm.as_ref().map(|(q, k)| (&q.weight, &k.weight));
                 let eps = self.qk_norm.as_ref().map_or(0.0, |(q, _)| q.eps);
                 let layout = QkvLayout {
@@ -652,6 +649,14 @@ impl<B: Backend> Attention<B> {
             o_proj,
             ..self
         })
+    }
+}
+
+/// The first position of a pass, as the decode kernels take it.
+fn decode_position<B: Backend>(position: &Position<B>) -> At<B> {
+    match position {
+        Position::Host(offset) => At::Host(*offset),
+        Position::Device { offset, .. } => At::Device(offset.clone()),
     }
 }
 
@@ -896,10 +901,7 @@ impl<B: Backend> DecoderLayer<B> {
             kv_heads: hkv,
             head_dim: d,
         };
-        let at = match position {
-            Position::Host(offset) => At::Host(*offset),
-            Position::Device { offset, .. } => At::Device(offset.clone()),
-        };
+        let at = decode_position(position);
         let qk_norms = attn.qk_norm.as_ref().map(|(q, k)| (&q.weight, &k.weight));
         let qk_eps = attn.qk_norm.as_ref().map_or(0.0, |(q, _)| q.eps);
         let (norm, eps) = (&self.input_layernorm.weight, self.input_layernorm.eps);
