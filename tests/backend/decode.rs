@@ -7,7 +7,7 @@
 //! They run on the GPU when this build has one (the CUDA kernels), otherwise on MLX's CPU (the
 //! composed path the other platforms take).
 
-use crate::common::{rand_f, tf32};
+use crate::common::{device_tol, rand_f, Tol};
 use burn_mlx::decode::{self, At, Gate, QkvLayout};
 use burn_mlx::fast::RotaryEmbedding;
 use burn_mlx::{Mlx, MlxDevice};
@@ -335,16 +335,16 @@ const PROJECTION_CASES: [(usize, usize, usize); 4] = [
     (6, 200, 72),
 ];
 
-/// The tolerance of a fused projection of `rows` rows of `input` values: the dtype's, or TF32's
-/// where the composed ops run the product on CUDA in f32 (more rows than the kernels take, or
-/// more than the 32 KiB of input rows they stage).
+/// The tolerance of a fused projection of `rows` rows of `input` values: the dtype's, or the
+/// suite's TF32 bound ([`device_tol`]) where the composed ops run the product on CUDA in f32 (more
+/// rows than the kernels take, or more than the 32 KiB of input rows they stage).
 fn projection_tol(dtype: DType, tol: f32, rows: usize, input: usize) -> f32 {
     let composed = rows > decode::MAX_FUSED_ROWS || rows * input * 4 > 32 * 1024;
-    if tf32() && dtype == DType::F32 && composed {
-        5e-3
-    } else {
-        tol
+    if !composed {
+        return tol;
     }
+    let t = f64::from(tol);
+    device_tol("matmul", dtype, Tol { rtol: t, atol: t }).rtol as f32
 }
 
 #[test]
