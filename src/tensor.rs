@@ -287,13 +287,25 @@ impl MlxTensor {
         }
         crate::native::thread_init();
         check_alloc(&self.array, self.device, "into_data")?;
-        let contiguous = self
-            .device
-            .scope(|| self.array.contiguous())
-            .map_err(|e| MlxError::mlx("into_data", e))?;
         let _guard = eval_lock();
-        crate::compile::auto::eval("into_data", &[&contiguous], true)?;
+        // The array itself is evaluated first, and read in place when it is row-major. A new op
+        // (MLX's `contiguous`) would be ordered on the stream after everything started since,
+        // so reading an array started with `start_eval` would also wait for the work queued
+        // behind it, which is what a pipelined loop (start step n+1, then read step n) must
+        // not do.
+        crate::compile::auto::eval("into_data", &[&self.array], true)?;
         self.device.after_eval();
+        let contiguous = if crate::native::is_row_contiguous(&self.array) {
+            self.array.clone()
+        } else {
+            let copy = self
+                .device
+                .scope(|| self.array.contiguous())
+                .map_err(|e| MlxError::mlx("into_data", e))?;
+            crate::compile::auto::eval("into_data", &[&copy], true)?;
+            self.device.after_eval();
+            copy
+        };
         let bytes = match dtype {
             Dtype::Bool => raw_bytes(contiguous.try_as_slice::<bool>()),
             Dtype::Uint8 => raw_bytes(contiguous.try_as_slice::<u8>()),
