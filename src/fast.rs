@@ -524,7 +524,9 @@ pub fn slice_assign_at<B: Backend, const D: usize>(
 /// [`Mlx`] this does nothing (their reads compute what they need).
 ///
 /// A decode loop uses it to keep the device busy while the host builds the next step: build the
-/// step whose input is the token tensor just produced, start it, then read that token.
+/// step whose input is the token tensor just produced, start it, then read that token. The read
+/// waits for the token's own step only, not for the step started after it (a row-major tensor
+/// is read in place, without a new op that MLX would queue behind the later work).
 ///
 /// # Errors
 ///
