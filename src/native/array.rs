@@ -219,6 +219,15 @@ pub(crate) fn scatter_add_axis(
     })
 }
 
+/// Whether `a`'s data is laid out in row-major order without gaps, so that its buffer can be
+/// read as a flat slice. Only meaningful once `a` is evaluated (MLX sets the flags then).
+pub(crate) fn is_row_contiguous(a: &Array) -> bool {
+    let mut res = false;
+    // SAFETY: `a` is a live array handle for the call; `res` is a writable bool.
+    let rc = unsafe { mlx_sys::_mlx_array_is_row_contiguous(&mut res, a.as_ptr()) };
+    rc == 0 && res
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,13 +529,4 @@ mod tests {
             }
         });
     }
-}
-
-/// Whether `a`'s data is laid out in row-major order without gaps, so that its buffer can be
-/// read as a flat slice. Only meaningful once `a` is evaluated (MLX sets the flags then).
-pub(crate) fn is_row_contiguous(a: &Array) -> bool {
-    let mut res = false;
-    // SAFETY: `a` is a live array handle for the call; `res` is a writable bool.
-    let rc = unsafe { mlx_sys::_mlx_array_is_row_contiguous(&mut res, a.as_ptr()) };
-    rc == 0 && res
 }
