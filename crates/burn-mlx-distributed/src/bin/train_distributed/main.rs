@@ -464,6 +464,18 @@ fn run<T: Task>(
             None => grads,
         };
         model = optim.step(args.lr, model, grads);
+        // Start the device on this step (its collectives included) before the next one is
+        // built: the host builds step n+1 while the device computes step n, and no graph
+        // spans more than one step between the loss reads below.
+        burn_mlx::nn::start_step(&model, std::slice::from_ref(&loss)).map_err(|e| {
+            DistributedError::Collective {
+                op: "start_step".into(),
+                rank,
+                size,
+                shapes: "the step's parameters and loss".into(),
+                message: e.to_string(),
+            }
+        })?;
         if step % 50 == 0 || step + 1 == args.steps {
             let global = match group {
                 Some(group) => group.all_sum(loss.inner())?,
