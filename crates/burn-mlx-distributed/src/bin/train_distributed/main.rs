@@ -464,18 +464,21 @@ fn run<T: Task>(
             None => grads,
         };
         model = optim.step(args.lr, model, grads);
-        // Start the device on this step (its collectives included) before the next one is
-        // built: the host builds step n+1 while the device computes step n, and no graph
-        // spans more than one step between the loss reads below.
-        burn_mlx::nn::start_step(&model, std::slice::from_ref(&loss)).map_err(|e| {
-            DistributedError::Collective {
-                op: "start_step".into(),
-                rank,
-                size,
-                shapes: "the step's parameters and loss".into(),
-                message: e.to_string(),
-            }
-        })?;
+        // On a GPU, start the device on this step (its collectives included) before the next
+        // one is built: the host builds step n+1 while the GPU computes step n. On the CPU the
+        // host and MLX's kernels share the cores, and overlapping measured slower
+        // (benches/training.md, "CPU").
+        if matches!(device, MlxDevice::Gpu) {
+            burn_mlx::nn::start_step(&model, std::slice::from_ref(&loss)).map_err(|e| {
+                DistributedError::Collective {
+                    op: "start_step".into(),
+                    rank,
+                    size,
+                    shapes: "the step's parameters and loss".into(),
+                    message: e.to_string(),
+                }
+            })?;
+        }
         if step % 50 == 0 || step + 1 == args.steps {
             let global = match group {
                 Some(group) => group.all_sum(loss.inner())?,
