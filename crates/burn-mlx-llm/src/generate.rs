@@ -7,7 +7,7 @@ use super::cache::KvCache;
 use super::error::{LlmError, Result};
 use super::model::Logits;
 use super::sampling::Sampler;
-use super::step::Decoder;
+use super::step::{mlx_device, Decoder};
 use burn_tensor::backend::Backend;
 use burn_tensor::{BasicOps, DType, Int, Tensor, TensorData};
 use std::time::{Duration, Instant};
@@ -19,32 +19,27 @@ use std::time::{Duration, Instant};
 /// setting (2,048 there).
 pub const PREFILL_CHUNK: usize = 512;
 
-/// Bytes of f32 attention scores that one prefill chunk may hold off the GPU.
+/// Bytes of attention scores (counted at 4 bytes each) that one prefill chunk may hold off the
+/// GPU.
 const SCORE_BYTES: usize = 16 << 20;
 
 /// Prompt positions per prefill step for `batch` prompts of `width` positions and `heads` query
 /// heads on `device`: [`PREFILL_CHUNK`] on an MLX GPU; elsewhere (MLX's CPU and other backends,
-/// whose attention forms its scores as f32 arrays) the largest power of two up to
-/// [`PREFILL_CHUNK`], and at least 64, whose scores over the whole prompt fit in 16 MiB. On a
-/// 2-core CPU (`small` preset, 1,920 positions, 2026-11-28) 256 instead of 512 lowered the
-/// memory peak from 1.27x to 1.15x weights + KV cache, prefill speed unchanged within the noise.
+/// whose attention forms its scores as arrays) the largest power of two up to
+/// [`PREFILL_CHUNK`], and at least 64, whose scores over the whole prompt fit in 16 MiB. The
+/// memory peak then stays near weights + KV cache on a CPU at long prompts, at no measured cost
+/// in prefill speed (benches/llm.md, "prefill chunks").
 pub fn prefill_chunk<B: Backend>(
     device: &B::Device,
     batch: usize,
     heads: usize,
     width: usize,
 ) -> usize {
-    let device: &dyn std::any::Any = device;
-    if matches!(
-        device.downcast_ref::<burn_mlx::MlxDevice>(),
-        Some(burn_mlx::MlxDevice::Gpu)
-    ) {
+    if mlx_device::<B>(device) == Some(burn_mlx::MlxDevice::Gpu) {
         return PREFILL_CHUNK;
     }
-    let per_position = (batch * heads * width * 4).max(1);
-    let fit = (SCORE_BYTES / per_position).max(1);
-    let pow2 = 1usize << (usize::BITS - 1 - fit.leading_zeros());
-    pow2.clamp(64, PREFILL_CHUNK)
+    let fit = SCORE_BYTES / (batch * heads * width * 4).max(1);
+    (1usize << fit.max(1).ilog2()).clamp(64, PREFILL_CHUNK)
 }
 
 /// How to generate.

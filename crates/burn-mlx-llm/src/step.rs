@@ -63,8 +63,7 @@ impl<B: Backend> Decoder<B> {
     /// evaluation of the replayed step took 3.9-4.3 ms of host time against the eager step's
     /// 2.8-2.9 ms) and on every other backend (which has no compiler).
     pub fn best(model: &Llm<B>) -> Self {
-        let device: &dyn Any = model.device();
-        match device.downcast_ref::<MlxDevice>() {
+        match mlx_device::<B>(model.device()) {
             Some(MlxDevice::Cpu) => Self::fixed(model),
             _ => Self::eager(model),
         }
@@ -130,6 +129,12 @@ impl<B: Backend> Decoder<B> {
             }
         }
     }
+}
+
+/// `device` as MLX's device when backend `B` runs on MLX (`Mlx`, or an `Autodiff` of it).
+pub(crate) fn mlx_device<B: Backend>(device: &B::Device) -> Option<MlxDevice> {
+    let device: &dyn Any = device;
+    device.downcast_ref::<MlxDevice>().copied()
 }
 
 /// The step as an MLX-compiled function of `[ids, offset, keys 0, values 0, keys 1, ...]`
