@@ -28,7 +28,7 @@ pub(super) const MAX_ROWS: usize = 4;
 const STAGE_BYTES: usize = 32 * 1024;
 
 /// Helpers of the kernels below, after [`HEADER`]'s reductions.
-const GEMV_HEADER: &str = r#"
+pub(super) const GEMV_HEADER: &str = r#"
 // Copies R rows of `x` (element (r, k) at r*xs0 + k*xs1) into `xs` ([R][K], T), by a block of
 // THREADS threads. With NORMED each row is RMS-normalized with weight `g` and `eps`, rounded as
 // MLX's rms_norm rounds: T(g * T(x * inv)). Contiguous, aligned rows are read 16 bytes per load,

@@ -30,10 +30,12 @@
 mod cuda;
 mod gemv;
 mod projection;
+mod tail;
 
 pub use projection::{
     linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, MAX_FUSED_ROWS,
 };
+pub use tail::attention_mlp;
 
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, swiglu, RotaryEmbedding};
 use crate::interop::to_mlx;

@@ -90,7 +90,10 @@ fn fused_inputs<B: Backend>(
 }
 
 /// The MLX array of `t` when it is dense (not quantized) and of `dtype`.
-fn dense_array<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: Dtype) -> Option<Array> {
+pub(super) fn dense_array<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    dtype: Dtype,
+) -> Option<Array> {
     match float_on_mlx(t) {
         Ok(t) if t.array.dtype() == dtype => Some(t.array),
         _ => None,

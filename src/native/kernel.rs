@@ -297,3 +297,55 @@ fn with_any_kernel<T>(
         f(kernel)
     })
 }
+
+/// The number of streaming multiprocessors of CUDA device 0, from the CUDA driver that MLX has
+/// loaded (`cuDeviceGetAttribute`); `None` where no driver is loaded or it does not answer.
+/// Kernels that synchronize their whole grid launch at most this many blocks, so that every
+/// block is resident at once.
+#[cfg(target_os = "linux")]
+pub(crate) fn multiprocessors() -> Option<usize> {
+    static COUNT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *COUNT.get_or_init(|| {
+        type Init = unsafe extern "C" fn(u32) -> i32;
+        type Get = unsafe extern "C" fn(*mut i32, i32) -> i32;
+        type Attribute = unsafe extern "C" fn(*mut i32, i32, i32) -> i32;
+        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.
+        const MULTIPROCESSORS: i32 = 16;
+        // SAFETY: the library is opened only if already loaded (by MLX's CUDA backend) and never
+        // closed; each symbol is called with the signature of the CUDA driver API and pointers
+        // to locals.
+        unsafe {
+            let lib = libc::dlopen(
+                c"libcuda.so.1".as_ptr(),
+                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+            );
+            if lib.is_null() {
+                return None;
+            }
+            let sym = |name: &std::ffi::CStr| libc::dlsym(lib, name.as_ptr());
+            let (init, get, attribute) = (
+                sym(c"cuInit"),
+                sym(c"cuDeviceGet"),
+                sym(c"cuDeviceGetAttribute"),
+            );
+            if init.is_null() || get.is_null() || attribute.is_null() {
+                return None;
+            }
+            let init: Init = std::mem::transmute(init);
+            let get: Get = std::mem::transmute(get);
+            let attribute: Attribute = std::mem::transmute(attribute);
+            let (mut device, mut count) = (0i32, 0i32);
+            (init(0) == 0
+                && get(&mut device, 0) == 0
+                && attribute(&mut count, MULTIPROCESSORS, device) == 0
+                && count > 0)
+                .then_some(count as usize)
+        }
+    })
+}
+
+/// No CUDA driver off Linux.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn multiprocessors() -> Option<usize> {
+    None
+}

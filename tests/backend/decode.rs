@@ -507,3 +507,96 @@ fn linear_add_rejects_a_wrong_input_width() {
     };
     decode::linear_add(x, dense, res);
 }
+
+/// `attention_mlp`'s cases: (dtype index in [`DTYPES`], head size, query heads, key heads,
+/// hidden size, MLP width): the Qwen3-0.6B block in bf16, every dtype, grouped and ungrouped
+/// heads, and a hidden size that is not a whole number of 16-byte loads per lane.
+const TAIL_CASES: [(usize, usize, usize, usize, usize, usize); 4] = [
+    (0, 64, 4, 4, 256, 512),
+    (1, 128, 16, 8, 1024, 3072),
+    (2, 128, 8, 2, 512, 1024),
+    (1, 64, 4, 2, 2056, 1024),
+];
+
+/// One query's attention over the first `len` positions of a joint cache, `[1, hq·d]`.
+fn joint_attention_ref(q: Tensor<R, 4>, kv: Tensor<R, 4>, len: usize, scale: f64) -> Tensor<R, 2> {
+    let [_, hq, _, d] = q.dims();
+    let hkv = kv.dims()[1] / 2;
+    let k = kv.clone().narrow(1, 0, hkv).narrow(2, 0, len);
+    let v = kv.narrow(1, hkv, hkv).narrow(2, 0, len);
+    let q = q.reshape([1, hkv, hq / hkv, d]);
+    let scores = q.matmul(k.swap_dims(2, 3)) * scale;
+    softmax(scores, 3).matmul(v).reshape([1, hq * d])
+}
+
+#[test]
+fn attention_mlp_matches_the_composed_ops() {
+    for (di, d, hq, hkv, hidden, width) in TAIL_CASES {
+        let (dtype, tol) = DTYPES[di];
+        let cap = 2048;
+        let (q, q_r) = pair([1, hq, 1, d], 21, dtype, 1.0);
+        let (kv, kv_r) = pair([1, 2 * hkv, cap, d], 22, dtype, 1.0);
+        let (x, x_r) = pair([1, hidden], 23, dtype, 2.0);
+        let (wo, wo_r) = weight_pair([hq * d, hidden], 24, dtype, true);
+        let (g, g_r) = pair([hidden], 25, dtype, 1.5);
+        let (wgu, wgu_r) = weight_pair([hidden, 2 * width], 26, dtype, true);
+        let (wd, wd_r) = weight_pair([width, hidden], 27, dtype, true);
+        let dense = |w| decode::Dense {
+            weight: w,
+            bias: None,
+        };
+        let scale = 1.0 / (d as f64).sqrt();
+        for len in [1, 255, 2047] {
+            let label = format!(
+                "attention_mlp {dtype:?} d {d} heads {hq}/{hkv} hidden {hidden} width {width} len {len}"
+            );
+            let at = Tensor::<Mlx, 1, Int>::from_ints([len as i32], &device());
+            for (how, at) in [("host", At::Host(len)), ("device", At::Device(at))] {
+                let run = || {
+                    decode::attention_mlp(
+                        q.clone(),
+                        kv.clone(),
+                        &at,
+                        scale,
+                        x.clone(),
+                        dense(&wo),
+                        &g,
+                        1e-6,
+                        dense(&wgu),
+                        dense(&wd),
+                        Gate::Silu,
+                    )
+                };
+                let fused = f32_rows(run());
+                // The same block through the four functions it stands for.
+                let attended =
+                    decode::decode_attention_joint(q.clone(), kv.clone(), &at, scale, None);
+                let h = decode::linear_add(attended, dense(&wo), x.clone());
+                let act = decode::norm_gated(h.clone(), &g, 1e-6, dense(&wgu), Gate::Silu);
+                let steps = f32_rows(decode::linear_add(act, dense(&wd), h));
+                check(
+                    &format!("{label} ({how} length) against the four steps"),
+                    fused.clone(),
+                    steps,
+                    2.0 * tol,
+                );
+                // And against burn-ndarray in f32.
+                let attended = joint_attention_ref(q_r.clone(), kv_r.clone(), len, scale);
+                let h = x_r.clone() + attended.matmul(wo_r.clone());
+                let gu = rms_norm_ref(h.clone(), g_r.clone(), 1e-6).matmul(wgu_r.clone());
+                let (gv, u) = (gu.clone().narrow(1, 0, width), gu.narrow(1, width, width));
+                let want = h + (gv.clone() * sigmoid(gv) * u).matmul(wd_r.clone());
+                check(
+                    &format!("{label} ({how} length)"),
+                    fused,
+                    want.into_data().to_vec().unwrap(),
+                    4.0 * projection_tol(dtype, tol, 1, hidden),
+                );
+                // A second run reads the same cache and gives the same values.
+                let again = f32_rows(run());
+                let first = f32_rows(run());
+                assert_eq!(again, first, "{label}: two runs differ");
+            }
+        }
+    }
+}

@@ -878,8 +878,8 @@ impl<B: Backend> DecoderLayer<B> {
     /// One decode step of the block on `x` (`[batch, hidden]`: the newest position of each of the
     /// cache's sequences, at `position`, with no padding): the block's output. Each projection
     /// carries its neighbours ([`decode::norm_qkv_heads_joint`], [`decode::linear_add`],
-    /// [`decode::norm_gated`]), so on CUDA the block is four kernels, the cache write and the
-    /// attention.
+    /// [`decode::norm_gated`]); with a joint cache everything after the cache write is
+    /// [`decode::attention_mlp`], so on CUDA the block is two kernels and the cache write.
     ///
     /// Only for a block that [`step_parts`](Self::step_parts) accepts.
     fn step(
@@ -907,7 +907,13 @@ impl<B: Backend> DecoderLayer<B> {
         let (norm, eps) = (&self.input_layernorm.weight, self.input_layernorm.eps);
         let scale = 1.0 / (d as f64).sqrt();
         let len = decode_length(position);
-        let attended = if cache.is_joint() {
+        let gate = if self.mlp.gelu {
+            Gate::GeluTanh
+        } else {
+            Gate::Silu
+        };
+        let post = &self.post_attention_layernorm;
+        if cache.is_joint() {
             let [q, kv] = decode::norm_qkv_heads_joint(
                 x.clone(),
                 norm,
@@ -920,29 +926,34 @@ impl<B: Backend> DecoderLayer<B> {
                 &at,
             );
             let kv = cache.write_joint(kv, position);
-            decode::decode_attention_joint(q, kv, &len, scale, None)
-        } else {
-            let [q, k, v] = decode::norm_qkv_heads(
-                x.clone(),
-                norm,
-                eps,
-                qkv,
-                layout,
-                qk_norms,
-                qk_eps,
-                rope,
-                &at,
-            );
-            let (k, v) = cache.write_whole(k, v, position);
-            decode::decode_attention(q, k, v, &len, scale, None)
-        };
+            return Ok(decode::attention_mlp(
+                q,
+                kv,
+                &len,
+                scale,
+                x,
+                o_proj,
+                &post.weight,
+                post.eps,
+                gate_up,
+                down_proj,
+                gate,
+            ));
+        }
+        let [q, k, v] = decode::norm_qkv_heads(
+            x.clone(),
+            norm,
+            eps,
+            qkv,
+            layout,
+            qk_norms,
+            qk_eps,
+            rope,
+            &at,
+        );
+        let (k, v) = cache.write_whole(k, v, position);
+        let attended = decode::decode_attention(q, k, v, &len, scale, None);
         let h = decode::linear_add(attended, o_proj, x);
-        let gate = if self.mlp.gelu {
-            Gate::GeluTanh
-        } else {
-            Gate::Silu
-        };
-        let post = &self.post_attention_layernorm;
         let act = decode::norm_gated(h.clone(), &post.weight, post.eps, gate_up, gate);
         Ok(decode::linear_add(act, down_proj, h))
     }

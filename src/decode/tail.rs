@@ -1,0 +1,516 @@
+//! The second half of a pre-norm decoder block's decode step as one kernel: attention over the
+//! cache, the output projection and its residual, the post-attention RMS norm, the gated MLP and
+//! its residual.
+//!
+//! Composed, that is [`decode_attention_joint`], [`linear_add`], [`norm_gated`] and
+//! [`linear_add`]: four MLX primitives, each a kernel launch whose few microseconds of work on
+//! one position wait on the one before. On [`Mlx`](crate::Mlx)'s CUDA device, for one sequence,
+//! [`attention_mlp`] runs them as one MLX custom kernel whose blocks (one per multiprocessor, all
+//! resident at once) pass three grid-wide barriers: after the attention (each block takes one
+//! split of one head's positions), after the output projection, and after the gate/up
+//! projection. At its start each warp asks L2 for the weight rows it will read in the later
+//! phases, so the projections read them from L2 while the attention runs.
+//!
+//! The barriers count on a 64-bit counter that lives for the process and only grows (a block
+//! waits for the next multiple of the grid's size), so a launch needs no zeroed memory. Two
+//! such kernels must not run at once: in a decode step each one's input is the previous one's
+//! output. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
+
+use super::cuda::{dims_i32, HEADER};
+use super::gemv::GEMV_HEADER;
+use super::projection::{dense_array, Dense};
+use super::{array_of, decode_attention_joint, kernel_input, linear_add, norm_gated, At, Gate};
+use crate::error::MlxError;
+use crate::fast::float_from_mlx;
+use crate::native::kernel::{self, CudaKernel, TemplateArg};
+use crate::tensor::OrPanic;
+use burn_tensor::backend::Backend;
+use burn_tensor::Tensor;
+use mlx_rs::{Array, Dtype};
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+/// Threads per block.
+const THREADS: usize = 256;
+
+/// Static shared memory a block may use.
+const SHARED_BYTES: usize = 48 * 1024;
+
+/// The grid barrier and the L2 prefetch, after [`HEADER`] and [`GEMV_HEADER`].
+const TAIL_HEADER: &str = r#"
+// Waits until every block of the grid has reached this barrier. `counter` only grows: a block
+// adds one and waits for the next multiple of the grid's size, which the last block to arrive
+// reaches. Writes made before the barrier are visible after it.
+__device__ __forceinline__ void bm_grid_sync(unsigned long long* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned long long g = gridDim.x;
+    const unsigned long long target = (atomicAdd(counter, 1ull) / g + 1) * g;
+    while (*reinterpret_cast<volatile unsigned long long*>(counter) < target) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Asks L2 for the `n` contiguous values at `p`, one 128-byte line per lane at a time.
+template <typename T>
+__device__ __forceinline__ void bm_prefetch(const T* p, long n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  const long bytes = n * (long)sizeof(T);
+  for (long o = (threadIdx.x & 31) * 128; o < bytes; o += 32 * 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+  }
+}
+
+// A value written by another block of this grid, read from L2 (not from a stale L1 line).
+template <typename T>
+__device__ __forceinline__ T bm_ldcg(const T* p) {
+  T out;
+  if (sizeof(T) == 4) {
+    const unsigned int v = __ldcg(reinterpret_cast<const unsigned int*>(p));
+    memcpy(&out, &v, sizeof(T));
+  } else {
+    const unsigned short v = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    memcpy(&out, &v, sizeof(T));
+  }
+  return out;
+}
+
+// Copies the N values at `src` (written by other blocks) into `xs`; with NORMED, RMS-normalized
+// with weight `g` as MLX's rms_norm rounds: T(g * T(x * inv)). Ends with a barrier.
+template <typename T, int N, bool NORMED>
+__device__ void bm_stage_shared(const T* src, const T* g, long gs, float eps, T* xs,
+                                float* red) {
+  float ss = 0.f;
+  for (int k = threadIdx.x; k < N; k += blockDim.x) {
+    const T v = bm_ldcg(src + k);
+    xs[k] = v;
+    const float f = static_cast<float>(v);
+    ss += f * f;
+  }
+  if (NORMED) {
+    const float inv = rsqrtf(bm_block_sum(ss, red) / N + eps);
+    for (int k = threadIdx.x; k < N; k += blockDim.x) {
+      const float f = static_cast<float>(xs[k]);
+      xs[k] = static_cast<T>(static_cast<float>(g[k * gs]) *
+                             static_cast<float>(static_cast<T>(f * inv)));
+    }
+  }
+  __syncthreads();
+}
+"#;
+
+/// `y = h + down(act(gate) · up)` with `[gate | up] = rms_norm(h)·Wgu` and
+/// `h = x + attention(q, kv[..len])·Wo`, for one position (`x` `[1, K]`, `q` `[1, HQ, 1, D]`,
+/// `kv` `[1, 2·HKV, cap, D]`, keys then values). Blocks of 256 threads; `work` holds the
+/// attention's partial softmaxes (`HQ·S` of `D + 2` floats), then `h` and the activation in `T`.
+const ATTENTION_MLP: &str = r#"
+  constexpr int WARPS = 8;
+  constexpr int E = D / 32;
+  constexpr int U = 4;
+  constexpr int KA = HQ * D;
+  constexpr int PART = D + 2;
+  constexpr int M1 = KA > K ? KA : K;
+  constexpr int STAGE = M1 > I ? M1 : I;
+  constexpr long H_OFF = ((long)HQ * S * PART + 3) / 4 * 4;
+  constexpr long A_OFF = H_OFF + ((long)K * sizeof(T) + 15) / 16 * 4;
+  __shared__ __align__(16) T xs[STAGE];
+  __shared__ float red[32];
+  __shared__ float s_m[WARPS];
+  __shared__ float s_l[WARPS];
+  __shared__ float s_acc[WARPS][D];
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int G = gridDim.x;
+  const long gw = (long)blockIdx.x * WARPS + warp;
+  const long GW = (long)G * WARPS;
+  unsigned long long* bar = (unsigned long long*)(sync);
+  float* parts = work;
+  T* hbuf = reinterpret_cast<T*>(work + H_OFF);
+  T* abuf = reinterpret_cast<T*>(work + A_OFF);
+
+  // This warp's weight rows of the three projections, into L2 while the attention runs.
+  if (wo_strides[0] == 1) {
+    for (long n = gw; n < K; n += GW) bm_prefetch(wo + n * wo_strides[1], KA);
+  }
+  if (wgu_strides[0] == 1) {
+    for (long j = gw; j < I; j += GW) {
+      bm_prefetch(wgu + j * wgu_strides[1], K);
+      bm_prefetch(wgu + (j + I) * wgu_strides[1], K);
+    }
+  }
+  if (wd_strides[0] == 1) {
+    for (long n = gw; n < K; n += GW) bm_prefetch(wd + n * wd_strides[1], I);
+  }
+
+  // Attention: block item = (query head, split of the positions); each warp takes U positions
+  // at a time with an online softmax; the block's warps are combined into one partial.
+  {
+    const int cap = kv_shape[2];
+    int L = static_cast<int>(len[0]);
+    L = L < cap ? L : cap;
+    const int chunk = (L + S - 1) / S;
+    const float scale = __int_as_float(SCALE);
+    for (int item = blockIdx.x; item < HQ * S; item += G) {
+      const int hq = item / S, sp = item % S;
+      const int kvh = hq / (HQ / HKV);
+      const int lo = sp * chunk;
+      const int hi = lo + chunk < L ? lo + chunk : L;
+      float qr[E];
+      const T* qp = q + hq * q_strides[1] + lane * E * q_strides[3];
+#pragma unroll
+      for (int e = 0; e < E; ++e) qr[e] = static_cast<float>(qp[e * q_strides[3]]) * scale;
+      const long ks = kv_strides[2], es = kv_strides[3];
+      const T* kb = kv + kvh * kv_strides[1] + lane * E * es;
+      const T* vb = kv + (HKV + kvh) * kv_strides[1] + lane * E * es;
+      float m = NEG_INF, l = 0.f;
+      float acc[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] = 0.f;
+      for (int t0 = lo + warp * U; t0 < hi; t0 += WARPS * U) {
+        float s[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          s[u] = 0.f;
+          if (t0 + u < hi) {
+            const T* kp = kb + (t0 + u) * ks;
+#pragma unroll
+            for (int e = 0; e < E; ++e) s[u] += qr[e] * static_cast<float>(kp[e * es]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) s[u] = bm_warp_sum(s[u]);
+        float m_new = m;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (t0 + u < hi) m_new = fmaxf(m_new, s[u]);
+        }
+        const float corr = expf(m - m_new);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] *= corr;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (t0 + u < hi) {
+            const float p = expf(s[u] - m_new);
+            l += p;
+            const T* vp = vb + (t0 + u) * ks;
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[e] += p * static_cast<float>(vp[e * es]);
+          }
+        }
+        m = m_new;
+      }
+      if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) s_acc[warp][lane * E + e] = acc[e];
+      __syncthreads();
+      float mx = NEG_INF;
+      for (int i = 0; i < WARPS; ++i) mx = fmaxf(mx, s_m[i]);
+      float* part = parts + (size_t)item * PART;
+      for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float num = 0.f, den = 0.f;
+        for (int i = 0; i < WARPS; ++i) {
+          const float f = s_m[i] == NEG_INF ? 0.f : expf(s_m[i] - mx);
+          num += f * s_acc[i][j];
+          den += f * s_l[i];
+        }
+        part[2 + j] = num;
+        if (j == 0) {
+          part[0] = mx;
+          part[1] = den;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  bm_grid_sync(bar);
+
+  // The heads' outputs (every block combines the splits itself), then h = x + out·Wo.
+  for (int idx = threadIdx.x; idx < KA; idx += blockDim.x) {
+    const float* ph = parts + (size_t)(idx / D) * S * PART;
+    const int j = idx % D;
+    float mx = NEG_INF;
+    for (int sp = 0; sp < S; ++sp) mx = fmaxf(mx, __ldcg(ph + sp * PART));
+    float num = 0.f, den = 0.f;
+    for (int sp = 0; sp < S; ++sp) {
+      const float ms = __ldcg(ph + sp * PART);
+      if (ms != NEG_INF) {
+        const float f = expf(ms - mx);
+        num += f * __ldcg(ph + sp * PART + 2 + j);
+        den += f * __ldcg(ph + sp * PART + 1);
+      }
+    }
+    xs[idx] = static_cast<T>(num / den);
+  }
+  __syncthreads();
+  for (long n = gw; n < K; n += GW) {
+    const T* col = wo + n * wo_strides[1];
+    const bool vec = bm_vec_cols<T, KA>(col, 0, wo_strides[0]);
+    uint4 wv[1][8];
+    if (vec) bm_load_cols<T, KA, 1, 8>(col, 0, 0, wv);
+    float acc[1][1];
+    bm_cols_dot<T, 1, KA, 1, 8>(col, 0, wo_strides[0], xs, vec, wv, acc);
+    if (lane == 0) {
+      const float v = static_cast<float>(static_cast<T>(acc[0][0]));
+      const float r = static_cast<float>(x[n * x_strides[1]]);
+      hbuf[n] = static_cast<T>(r + v);
+    }
+  }
+  bm_grid_sync(bar);
+
+  // act = act(gate) · up of rms_norm(h)·Wgu.
+  bm_stage_shared<T, K, true>(hbuf, g, g_strides[0], __int_as_float(EPS), xs, red);
+  for (long j = gw; j < I; j += GW) {
+    const T* col = wgu + j * wgu_strides[1];
+    const long cs = (long)I * wgu_strides[1];
+    const bool vec = bm_vec_cols<T, K>(col, cs, wgu_strides[0]);
+    uint4 wv[2][4];
+    if (vec) bm_load_cols<T, K, 2, 4>(col, cs, 0, wv);
+    float acc[2][1];
+    bm_cols_dot<T, 1, K, 2, 4>(col, cs, wgu_strides[0], xs, vec, wv, acc);
+    if (lane == 0) {
+      const float gv = static_cast<float>(static_cast<T>(acc[0][0]));
+      const float uv = static_cast<float>(static_cast<T>(acc[1][0]));
+      float a;
+      if (GELU) {
+        a = 0.5f * gv * (1.f + tanhf(0.7978845608028654f * (gv + 0.044715f * gv * gv * gv)));
+      } else {
+        a = gv / (1.f + expf(-gv));
+      }
+      abuf[j] = static_cast<T>(a * uv);
+    }
+  }
+  bm_grid_sync(bar);
+
+  // y = h + act·Wd.
+  bm_stage_shared<T, I, false>(abuf, g, 0, 0.f, xs, red);
+  for (long n = gw; n < K; n += GW) {
+    const T* col = wd + n * wd_strides[1];
+    const bool vec = bm_vec_cols<T, I>(col, 0, wd_strides[0]);
+    uint4 wv[1][8];
+    if (vec) bm_load_cols<T, I, 1, 8>(col, 0, 0, wv);
+    float acc[1][1];
+    bm_cols_dot<T, 1, I, 1, 8>(col, 0, wd_strides[0], xs, vec, wv, acc);
+    if (lane == 0) {
+      const float v = static_cast<float>(static_cast<T>(acc[0][0]));
+      y[n] = static_cast<T>(static_cast<float>(bm_ldcg(hbuf + n)) + v);
+    }
+  }
+"#;
+
+/// Whether `BURN_MLX_DECODE_GRID` leaves the kernel on (it is unless set to `0`).
+fn grid_kernel_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("BURN_MLX_DECODE_GRID").map_or(true, |v| v != "0"))
+}
+
+/// The sizes of one [`attention_mlp`] launch.
+struct Sizes {
+    /// Hidden size.
+    k: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    /// The MLP's width.
+    i: usize,
+}
+
+/// The blocks of a launch (one per multiprocessor) and the splits of each head's positions, when
+/// the kernel fits this GPU and these sizes.
+fn launch_shape(s: &Sizes, dtype: Dtype) -> Option<(usize, usize)> {
+    let size = match dtype {
+        Dtype::Float32 => 4,
+        Dtype::Bfloat16 | Dtype::Float16 => 2,
+        _ => return None,
+    };
+    let stage = (s.hq * s.d).max(s.k).max(s.i) * size;
+    let shared = stage + (8 * s.d + 48) * 4;
+    let fits = s.d % 32 == 0
+        && s.d <= 256
+        && s.hq % s.hkv == 0
+        && shared <= SHARED_BYTES
+        && s.k % 8 == 0
+        && s.i % 8 == 0;
+    let blocks = kernel::multiprocessors()?;
+    fits.then_some((blocks, (blocks / s.hq).max(1)))
+}
+
+/// The process's barrier counter: a `u64` on the GPU that the kernel increments in place.
+fn barrier_counter() -> Result<Array, MlxError> {
+    thread_local! {
+        static COUNTER: RefCell<Option<Array>> = const { RefCell::new(None) };
+    }
+    COUNTER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if let Some(a) = slot.as_ref() {
+            return Ok(a.clone());
+        }
+        let a = mlx_rs::ops::zeros_dtype(&[1], Dtype::Uint64)
+            .map_err(|e| MlxError::mlx("attention_mlp: barrier counter", e))?;
+        a.eval()
+            .map_err(|e| MlxError::mlx("attention_mlp: barrier counter", e))?;
+        *slot = Some(a.clone());
+        Ok(a)
+    })
+}
+
+/// The arrays of one launch.
+struct Inputs<'a> {
+    q: &'a Array,
+    kv: &'a Array,
+    len: &'a Array,
+    x: &'a Array,
+    wo: &'a Array,
+    norm: &'a Array,
+    wgu: &'a Array,
+    wd: &'a Array,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    a: &Inputs,
+    s: &Sizes,
+    (blocks, splits): (usize, usize),
+    scale: f32,
+    eps: f32,
+    gelu: bool,
+) -> Result<Array, MlxError> {
+    let dtype = a.x.dtype();
+    let size = if dtype == Dtype::Float32 { 4 } else { 2 };
+    let part = s.hq * splits * (s.d + 2);
+    let work = part.div_ceil(4) * 4 + (s.k * size).div_ceil(16) * 4 + (s.i * size).div_ceil(4);
+    let counter = barrier_counter()?;
+    static JOINED: OnceLock<String> = OnceLock::new();
+    let header = JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}{TAIL_HEADER}"));
+    kernel::with_strided_kernel(
+        "burn_mlx_attention_mlp",
+        &["q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync"],
+        &["y", "work"],
+        || ATTENTION_MLP.to_string(),
+        header,
+        |k: &CudaKernel| {
+            k.apply(
+                &[a.q, a.kv, a.len, a.x, a.wo, a.norm, a.wgu, a.wd, &counter],
+                &[
+                    (&dims_i32(&[1, s.k]), dtype),
+                    (&dims_i32(&[work]), Dtype::Float32),
+                ],
+                &[
+                    TemplateArg::Dtype("T", dtype),
+                    TemplateArg::Int("K", s.k as i32),
+                    TemplateArg::Int("HQ", s.hq as i32),
+                    TemplateArg::Int("HKV", s.hkv as i32),
+                    TemplateArg::Int("D", s.d as i32),
+                    TemplateArg::Int("I", s.i as i32),
+                    TemplateArg::Int("S", splits as i32),
+                    TemplateArg::Int("SCALE", scale.to_bits() as i32),
+                    TemplateArg::Int("EPS", eps.to_bits() as i32),
+                    TemplateArg::Int("GELU", gelu as i32),
+                ],
+                [(blocks * THREADS) as i32, 1, 1],
+                [THREADS as i32, 1, 1],
+            )
+        },
+    )
+    .map(|mut out| out.remove(0))
+}
+
+/// The rest of a pre-norm decoder block's decode step once the new position is in the cache:
+/// attention of `q` (`[batch, heads, 1, head_dim]`) over the first `len` positions of `kv`
+/// (`[batch, 2·kv_heads, capacity, head_dim]`, keys then values, as
+/// [`decode_attention_joint`] takes them) with `scale`, the output projection `o_proj` and the
+/// residual `x` (`[batch, hidden]`), then the post-attention RMS norm (`norm`, `eps`), the
+/// gate/up projection with `gate`, and the down projection with its residual. Returns the
+/// block's output, `[batch, hidden]`:
+///
+/// ```text
+/// h = linear_add(decode_attention_joint(q, kv, len, scale), o_proj, x)
+/// y = linear_add(norm_gated(h, norm, eps, gate_up, gate), down, h)
+/// ```
+///
+/// On MLX's CUDA device, for one sequence and projections without biases, one kernel (see the
+/// module's docs); elsewhere those four functions.
+///
+/// # Panics
+///
+/// When the shapes do not fit together (see the four functions).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_mlp<B: Backend>(
+    q: Tensor<B, 4>,
+    kv: Tensor<B, 4>,
+    len: &At<B>,
+    scale: f64,
+    x: Tensor<B, 2>,
+    o_proj: Dense<B>,
+    norm: &Tensor<B, 1>,
+    eps: f64,
+    gate_up: Dense<B>,
+    down: Dense<B>,
+    gate: Gate,
+) -> Tensor<B, 2> {
+    let [b, hq, _, d] = q.dims();
+    let [_, heads, _, _] = kv.dims();
+    let [_, k] = x.dims();
+    let [_, width] = gate_up.weight.dims();
+    let sizes = Sizes {
+        k,
+        hq,
+        hkv: heads / 2,
+        d,
+        i: width / 2,
+    };
+    let fused = b == 1
+        && grid_kernel_on()
+        && o_proj.weight.dims() == [hq * d, k]
+        && down.weight.dims() == [width / 2, k]
+        && gate_up.weight.dims()[0] == k
+        && norm.dims() == [k]
+        && [&o_proj, &gate_up, &down].iter().all(|p| p.bias.is_none());
+    let q = match (fused, kernel_input(q)) {
+        (true, Ok(t)) => {
+            let dtype = t.array.dtype();
+            let arrays = (
+                dense_array(o_proj.weight.clone(), dtype),
+                dense_array(gate_up.weight.clone(), dtype),
+                dense_array(down.weight.clone(), dtype),
+                array_of(&x),
+            );
+            match (arrays, launch_shape(&sizes, dtype)) {
+                ((Some(wo), Some(wgu), Some(wd), xa), Some(shape)) if xa.dtype() == dtype => {
+                    let kva = array_of(&kv);
+                    let n = len.array();
+                    let g = array_of(norm);
+                    let inputs = Inputs {
+                        q: &t.array,
+                        kv: &kva,
+                        len: &n,
+                        x: &xa,
+                        wo: &wo,
+                        norm: &g,
+                        wgu: &wgu,
+                        wd: &wd,
+                    };
+                    let gelu = gate == Gate::GeluTanh;
+                    let y = t
+                        .device
+                        .scope(|| launch(&inputs, &sizes, shape, scale as f32, eps as f32, gelu))
+                        .or_panic("attention_mlp", &[&t.array, &kva, &xa]);
+                    return float_from_mlx(t.with(y));
+                }
+                _ => float_from_mlx(t),
+            }
+        }
+        (_, Ok(t)) => float_from_mlx(t),
+        (_, Err(q)) => q,
+    };
+    let attended = decode_attention_joint(q, kv, len, scale, None);
+    let h = linear_add(attended, o_proj, x);
+    let act = norm_gated(h.clone(), norm, eps, gate_up, gate);
+    linear_add(act, down, h)
+}
