@@ -8,6 +8,32 @@
 use crate::error::MlxError;
 use crate::native::kernel::{self, CudaKernel, TemplateArg};
 use mlx_rs::{Array, Dtype};
+use std::cell::RefCell;
+
+/// Entries of [`counters`].
+pub(super) const COUNTERS: usize = 1024;
+
+/// The thread's kernel counters: `u64`s on the GPU that kernels increment in place, each only
+/// ever by a multiple of a fixed number per launch, so a launch finds each a multiple of it and
+/// needs no zeroed memory. Entry 0 is `attention_mlp`'s grid barrier; entries from 8 count the
+/// finished parts of each head of `norm_qkv_heads`. 8 KiB: MLX serves arrays of 8 bytes or less
+/// from managed memory advised as read-mostly, where each atomic update would move the page.
+pub(super) fn counters() -> Result<Array, MlxError> {
+    thread_local! {
+        static COUNTERS_ARRAY: RefCell<Option<Array>> = const { RefCell::new(None) };
+    }
+    COUNTERS_ARRAY.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if let Some(a) = slot.as_ref() {
+            return Ok(a.clone());
+        }
+        let fail = |e| MlxError::mlx("decode kernel counters", e);
+        let a = mlx_rs::ops::zeros_dtype(&[COUNTERS as i32], Dtype::Uint64).map_err(fail)?;
+        a.eval().map_err(fail)?;
+        *slot = Some(a.clone());
+        Ok(a)
+    })
+}
 
 /// Warp and block reductions shared by the kernels.
 pub(super) const HEADER: &str = r#"

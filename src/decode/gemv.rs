@@ -15,7 +15,7 @@
 //! the composed ops round it (after the product, the bias, the norm), so the results match them
 //! within the dtype's rounding.
 
-use super::cuda::{dims_i32, HEADER};
+use super::cuda::{counters, dims_i32, COUNTERS, HEADER};
 use crate::error::MlxError;
 use crate::native::kernel::{self, CudaKernel, TemplateArg};
 use mlx_rs::{Array, Dtype};
@@ -282,32 +282,38 @@ const NORM_GATED: &str = r#"
 "#;
 
 /// The heads of `rms_norm(x)·W (+ b)` (`x` `[R, K]`, one position of each of `R` sequences at
-/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): one block per head, `WARPS` warps of
-/// `min(D/WARPS, 8)` columns at a time (their first loads issued before staging); a query or key head is then
-/// normalized with `qw`/`kw` (when `NORM`) and rotated, as [`super::cuda`]'s `QKV_NORM_ROPE`
-/// does. Writes `q` `[R, HQ, 1, D]` and keys and values as `K_OUT`/`V_OUT` say (one `kv`
-/// buffer or two).
+/// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): `P` blocks per head, each computing `D/P` of its
+/// columns with `WARPS` warps of up to 8 columns at a time (their first loads issued before
+/// staging). With `P > 1` the parts meet in `raw` (`[R, HQ + 2·HKV, D]`, f32) and the last
+/// part of a head to finish (counted in `counts`, see [`super::cuda::counters`]) takes the
+/// whole head on: a query or key head is normalized with `qw`/`kw` (when `NORM`) and rotated,
+/// as [`super::cuda`]'s `QKV_NORM_ROPE` does. Writes `q` `[R, HQ, 1, D]` and keys and values as
+/// `K_OUT`/`V_OUT` say (one `kv` buffer or two).
 const NORM_QKV_HEADS: &str = r#"
-  constexpr int C = D / WARPS < 8 ? D / WARPS : 8;
+  constexpr int COLS = D / P;
+  constexpr int C = COLS / WARPS < 8 ? COLS / WARPS : 8;
   constexpr int CH = 16 / C;
   constexpr int HALF = D / 2;
   constexpr int PER = (HALF + 31) / 32;
+  constexpr int HEADS = HQ + 2 * HKV;
   __shared__ __align__(16) T xs[R * K];
   __shared__ float red[32];
   __shared__ float o[R][D];
+  __shared__ int last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int head = blockIdx.x;
+  const int head = blockIdx.x / P, part = blockIdx.x % P;
+  const int c0 = part * COLS;
   const long ws = w_strides[1];
-  const T* col = w + ((long)head * D + warp * C) * ws;
+  const T* col = w + ((long)head * D + c0 + warp * C) * ws;
   const bool vec = bm_vec_cols<T, K>(col, ws, w_strides[0]);
   uint4 wv[C][CH];
   if (vec) bm_load_cols<T, K, C, CH>(col, ws, 0, wv);
   bm_stage_rows<T, R, K, true, WARPS * 32>(x, x_strides[0], x_strides[1], g, g_strides[0],
                                            __int_as_float(EPS), xs, red);
-  for (int c = warp * C; c < D; c += WARPS * C) {
+  for (int c = c0 + warp * C; c < c0 + COLS; c += WARPS * C) {
     const long n = (long)head * D + c;
     float acc[C][R];
-    if (c != warp * C && vec) bm_load_cols<T, K, C, CH>(w + n * ws, ws, 0, wv);
+    if (c != c0 + warp * C && vec) bm_load_cols<T, K, C, CH>(w + n * ws, ws, 0, wv);
     bm_cols_dot<T, R, K, C, CH>(w + n * ws, ws, w_strides[0], xs, vec, wv, acc);
     if (lane == 0) {
 #pragma unroll
@@ -317,6 +323,28 @@ const NORM_QKV_HEADS: &str = r#"
           o[r][c + i] = bm_column<T, BIAS>(acc[i][r], bias, bias_strides[0], n + i);
         }
       }
+    }
+  }
+  if (P > 1) {
+    // Publish this part's columns and count the head's finished parts: the last to finish
+    // reads the others' and goes on with the whole head.
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * COLS; i += blockDim.x) {
+      const int r = i / COLS, c = c0 + i % COLS;
+      raw[((size_t)r * HEADS + head) * D + c] = o[r][c];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long* count = (unsigned long long*)(counts) + 8 + head;
+      last = atomicAdd(count, 1ull) % P == P - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < R * D; i += blockDim.x) {
+      const int r = i / D, c = i % D;
+      o[r][c] = __ldcg(raw + ((size_t)r * HEADS + head) * D + c);
     }
   }
   __syncthreads();
@@ -380,6 +408,23 @@ fn qkv_warps(rows: usize, d: usize, dtype: Dtype) -> i32 {
     } else {
         8
     }
+}
+
+/// Blocks per head of [`NORM_QKV_HEADS`] for `heads` heads of `d` columns and `warps` warps a
+/// block: the most (a power of two) that keeps the grid within the GPU's multiprocessors and
+/// gives every warp at least one column; one where the multiprocessors are unknown.
+fn qkv_parts(heads: usize, d: usize, warps: usize) -> usize {
+    let Some(sms) = kernel::multiprocessors() else {
+        return 1;
+    };
+    if heads + 8 > COUNTERS {
+        return 1;
+    }
+    let mut parts = 1;
+    while 2 * parts * heads <= sms && d % (2 * parts * warps) == 0 {
+        parts *= 2;
+    }
+    parts
 }
 
 /// Whether a kernel here takes `rows` input rows of `k` values of `dtype`.
@@ -512,33 +557,60 @@ pub(super) fn norm_qkv_heads(
     let kv_shape = dims_i32(&[rows, 2 * hkv, 1, d]);
     let warps = qkv_warps(rows, d, dtype);
     let threads = warps * 32;
+    let parts = qkv_parts(hq + 2 * hkv, d, warps as usize);
+    let raw_len = if parts > 1 {
+        rows * (hq + 2 * hkv) * d
+    } else {
+        1
+    };
+    let raw_shape = dims_i32(&[raw_len]);
+    let counts = counters()?;
     let k_shape = dims_i32(&[rows, hkv, 1, d]);
     // The head layout macros of `QKV_NORM_ROPE`, for one position per sequence.
     let (name, outputs, shapes, layout): (_, &[&str], Vec<(&[i32], Dtype)>, _) = if joint {
         (
             "burn_mlx_norm_qkv_heads_joint",
-            &["q", "kv"],
-            vec![(&q_shape, dtype), (&kv_shape, dtype)],
+            &["q", "kv", "raw"],
+            vec![
+                (&q_shape, dtype),
+                (&kv_shape, dtype),
+                (&raw_shape, Dtype::Float32),
+            ],
             "#define K_OUT(h) (kv + ((size_t)bi * 2 * HKV + (h)) * D)\n\
              #define V_OUT(h) (kv + ((size_t)bi * 2 * HKV + HKV + (h)) * D)\n",
         )
     } else {
         (
             "burn_mlx_norm_qkv_heads",
-            &["q", "k", "v"],
-            vec![(&q_shape, dtype), (&k_shape, dtype), (&k_shape, dtype)],
+            &["q", "k", "v", "raw"],
+            vec![
+                (&q_shape, dtype),
+                (&k_shape, dtype),
+                (&k_shape, dtype),
+                (&raw_shape, Dtype::Float32),
+            ],
             "#define K_OUT(h) (k + ((size_t)bi * HKV + (h)) * D)\n\
              #define V_OUT(h) (v + ((size_t)bi * HKV + (h)) * D)\n",
         )
     };
     with_kernel(
         name,
-        &["x", "g", "w", "bias", "qw", "kw", "freqs", "pos"],
+        &["x", "g", "w", "bias", "qw", "kw", "freqs", "pos", "counts"],
         outputs,
         || format!("{layout}{NORM_QKV_HEADS}"),
         |k| {
             k.apply(
-                &[p.x, norm, p.w, p.bias_or_weight(), qw, kw, freqs, pos],
+                &[
+                    p.x,
+                    norm,
+                    p.w,
+                    p.bias_or_weight(),
+                    qw,
+                    kw,
+                    freqs,
+                    pos,
+                    &counts,
+                ],
                 &shapes,
                 &[
                     TemplateArg::Dtype("T", dtype),
@@ -552,10 +624,15 @@ pub(super) fn norm_qkv_heads(
                     TemplateArg::Int("NORM", qk_norms.is_some() as i32),
                     TemplateArg::Int("BIAS", p.bias.is_some() as i32),
                     TemplateArg::Int("WARPS", warps),
+                    TemplateArg::Int("P", parts as i32),
                 ],
-                [(hq + 2 * hkv) as i32 * threads, 1, 1],
+                [(parts * (hq + 2 * hkv)) as i32 * threads, 1, 1],
                 [threads, 1, 1],
             )
         },
     )
+    .map(|mut out| {
+        out.pop();
+        out
+    })
 }

@@ -8,15 +8,15 @@
 //! [`attention_mlp`] runs them as one MLX custom kernel whose blocks (one per multiprocessor, all
 //! resident at once) pass three grid-wide barriers: after the attention (each block takes one
 //! split of one head's positions), after the output projection, and after the gate/up
-//! projection. At its start each warp asks L2 for the weight rows it will read in the later
-//! phases, so the projections read them from L2 while the attention runs.
+//! projection.
 //!
 //! The barriers count on a 64-bit counter that lives for the process and only grows (a block
-//! waits for the next multiple of the grid's size), so a launch needs no zeroed memory. Two
+//! waits for the next multiple of the grid's size; see [`counters`]), so a launch needs no
+//! zeroed memory. Two
 //! such kernels must not run at once: in a decode step each one's input is the previous one's
 //! output. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
 
-use super::cuda::{dims_i32, HEADER};
+use super::cuda::{counters, dims_i32, HEADER};
 use super::gemv::GEMV_HEADER;
 use super::projection::{dense_array, Dense};
 use super::{array_of, decode_attention_joint, kernel_input, linear_add, norm_gated, At, Gate};
@@ -27,7 +27,6 @@ use crate::tensor::OrPanic;
 use burn_tensor::backend::Backend;
 use burn_tensor::Tensor;
 use mlx_rs::{Array, Dtype};
-use std::cell::RefCell;
 use std::sync::OnceLock;
 
 /// Threads per block.
@@ -36,7 +35,7 @@ const THREADS: usize = 256;
 /// Static shared memory a block may use.
 const SHARED_BYTES: usize = 48 * 1024;
 
-/// The grid barrier and the L2 prefetch, after [`HEADER`] and [`GEMV_HEADER`].
+/// The grid barrier and reads of other blocks' writes, after [`HEADER`] and [`GEMV_HEADER`].
 const TAIL_HEADER: &str = r#"
 // Waits until every block of the grid has reached this barrier. `counter` only grows: a block
 // adds one and waits for the next multiple of the grid's size, which the last block to arrive
@@ -52,16 +51,6 @@ __device__ __forceinline__ void bm_grid_sync(unsigned long long* counter) {
     __threadfence();
   }
   __syncthreads();
-}
-
-// Asks L2 for the `n` contiguous values at `p`, one 128-byte line per lane at a time.
-template <typename T>
-__device__ __forceinline__ void bm_prefetch(const T* p, long n) {
-  const char* c = reinterpret_cast<const char*>(p);
-  const long bytes = n * (long)sizeof(T);
-  for (long o = (threadIdx.x & 31) * 128; o < bytes; o += 32 * 128) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
-  }
 }
 
 // A value written by another block of this grid, read from L2 (not from a stale L1 line).
@@ -121,6 +110,10 @@ const ATTENTION_MLP: &str = r#"
   __shared__ float s_m[WARPS];
   __shared__ float s_l[WARPS];
   __shared__ float s_acc[WARPS][D];
+  __shared__ float s_pm[HQ * S];
+  __shared__ float s_pl[HQ * S];
+  __shared__ float s_hm[HQ];
+  __shared__ float s_hd[HQ];
   const float NEG_INF = -__int_as_float(0x7f800000);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int G = gridDim.x;
@@ -130,20 +123,6 @@ const ATTENTION_MLP: &str = r#"
   float* parts = work;
   T* hbuf = reinterpret_cast<T*>(work + H_OFF);
   T* abuf = reinterpret_cast<T*>(work + A_OFF);
-
-  // This warp's weight rows of the three projections, into L2 while the attention runs.
-  if (wo_strides[0] == 1) {
-    for (long n = gw; n < K; n += GW) bm_prefetch(wo + n * wo_strides[1], KA);
-  }
-  if (wgu_strides[0] == 1) {
-    for (long j = gw; j < I; j += GW) {
-      bm_prefetch(wgu + j * wgu_strides[1], K);
-      bm_prefetch(wgu + (j + I) * wgu_strides[1], K);
-    }
-  }
-  if (wd_strides[0] == 1) {
-    for (long n = gw; n < K; n += GW) bm_prefetch(wd + n * wd_strides[1], I);
-  }
 
   // Attention: block item = (query head, split of the positions); each warp takes U positions
   // at a time with an online softmax; the block's warps are combined into one partial.
@@ -232,21 +211,34 @@ const ATTENTION_MLP: &str = r#"
   bm_grid_sync(bar);
 
   // The heads' outputs (every block combines the splits itself), then h = x + out·Wo.
-  for (int idx = threadIdx.x; idx < KA; idx += blockDim.x) {
-    const float* ph = parts + (size_t)(idx / D) * S * PART;
-    const int j = idx % D;
+  for (int it = threadIdx.x; it < HQ * S; it += blockDim.x) {
+    s_pm[it] = __ldcg(parts + (size_t)it * PART);
+    s_pl[it] = __ldcg(parts + (size_t)it * PART + 1);
+  }
+  __syncthreads();
+  for (int h = threadIdx.x; h < HQ; h += blockDim.x) {
     float mx = NEG_INF;
-    for (int sp = 0; sp < S; ++sp) mx = fmaxf(mx, __ldcg(ph + sp * PART));
-    float num = 0.f, den = 0.f;
+    for (int sp = 0; sp < S; ++sp) mx = fmaxf(mx, s_pm[h * S + sp]);
+    float den = 0.f;
     for (int sp = 0; sp < S; ++sp) {
-      const float ms = __ldcg(ph + sp * PART);
-      if (ms != NEG_INF) {
-        const float f = expf(ms - mx);
-        num += f * __ldcg(ph + sp * PART + 2 + j);
-        den += f * __ldcg(ph + sp * PART + 1);
-      }
+      const float ms = s_pm[h * S + sp];
+      if (ms != NEG_INF) den += expf(ms - mx) * s_pl[h * S + sp];
     }
-    xs[idx] = static_cast<T>(num / den);
+    s_hm[h] = mx;
+    s_hd[h] = den;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < KA; idx += blockDim.x) {
+    const int h = idx / D, j = idx % D;
+    const float* ph = parts + (size_t)h * S * PART + 2 + j;
+    float num = 0.f;
+#pragma unroll
+    for (int sp = 0; sp < S; ++sp) {
+      const float ms = s_pm[h * S + sp];
+      const float f = ms == NEG_INF ? 0.f : expf(ms - s_hm[h]);
+      num += f * __ldcg(ph + sp * PART);
+    }
+    xs[idx] = static_cast<T>(num / s_hd[h]);
   }
   __syncthreads();
   for (long n = gw; n < K; n += GW) {
@@ -329,35 +321,17 @@ fn launch_shape(s: &Sizes, dtype: Dtype) -> Option<(usize, usize)> {
         Dtype::Bfloat16 | Dtype::Float16 => 2,
         _ => return None,
     };
+    let blocks = kernel::multiprocessors()?;
     let stage = (s.hq * s.d).max(s.k).max(s.i) * size;
-    let shared = stage + (8 * s.d + 48) * 4;
+    let splits = (blocks / s.hq).max(1);
+    let shared = stage + (8 * s.d + 48 + 2 * s.hq * splits + 2 * s.hq) * 4;
     let fits = s.d % 32 == 0
         && s.d <= 256
         && s.hq % s.hkv == 0
         && shared <= SHARED_BYTES
         && s.k % 8 == 0
         && s.i % 8 == 0;
-    let blocks = kernel::multiprocessors()?;
-    fits.then_some((blocks, (blocks / s.hq).max(1)))
-}
-
-/// The process's barrier counter: a `u64` on the GPU that the kernel increments in place.
-fn barrier_counter() -> Result<Array, MlxError> {
-    thread_local! {
-        static COUNTER: RefCell<Option<Array>> = const { RefCell::new(None) };
-    }
-    COUNTER.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if let Some(a) = slot.as_ref() {
-            return Ok(a.clone());
-        }
-        let a = mlx_rs::ops::zeros_dtype(&[1], Dtype::Uint64)
-            .map_err(|e| MlxError::mlx("attention_mlp: barrier counter", e))?;
-        a.eval()
-            .map_err(|e| MlxError::mlx("attention_mlp: barrier counter", e))?;
-        *slot = Some(a.clone());
-        Ok(a)
-    })
+    fits.then_some((blocks, splits))
 }
 
 /// The arrays of one launch.
@@ -385,7 +359,7 @@ fn launch(
     let size = if dtype == Dtype::Float32 { 4 } else { 2 };
     let part = s.hq * splits * (s.d + 2);
     let work = part.div_ceil(4) * 4 + (s.k * size).div_ceil(16) * 4 + (s.i * size).div_ceil(4);
-    let counter = barrier_counter()?;
+    let counter = counters()?;
     static JOINED: OnceLock<String> = OnceLock::new();
     let header = JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}{TAIL_HEADER}"));
     kernel::with_strided_kernel(
