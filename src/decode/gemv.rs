@@ -421,7 +421,7 @@ fn qkv_parts(heads: usize, d: usize, warps: usize) -> usize {
         return 1;
     }
     let mut parts = 1;
-    while 2 * parts * heads <= sms && d % (2 * parts * warps) == 0 {
+    while 2 * parts * heads <= sms && d.is_multiple_of(2 * parts * warps) {
         parts *= 2;
     }
     parts

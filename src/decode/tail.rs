@@ -12,9 +12,9 @@
 //!
 //! The barriers count on a 64-bit counter that lives for the process and only grows (a block
 //! waits for the next multiple of the grid's size; see [`counters`]), so a launch needs no
-//! zeroed memory. Two
-//! such kernels must not run at once: in a decode step each one's input is the previous one's
-//! output. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
+//! zeroed memory. Two such kernels must not run at once (in a decode step each one's input is
+//! the previous one's output), nor beside a kernel that holds multiprocessors until this one
+//! ends. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
 
 use super::cuda::{counters, dims_i32, HEADER};
 use super::gemv::GEMV_HEADER;
@@ -306,8 +306,11 @@ fn grid_kernel_on() -> bool {
 struct Sizes {
     /// Hidden size.
     k: usize,
+    /// Query heads.
     hq: usize,
+    /// Key/value heads.
     hkv: usize,
+    /// Head size.
     d: usize,
     /// The MLP's width.
     i: usize,
@@ -325,12 +328,13 @@ fn launch_shape(s: &Sizes, dtype: Dtype) -> Option<(usize, usize)> {
     let stage = (s.hq * s.d).max(s.k).max(s.i) * size;
     let splits = (blocks / s.hq).max(1);
     let shared = stage + (8 * s.d + 48 + 2 * s.hq * splits + 2 * s.hq) * 4;
-    let fits = s.d % 32 == 0
+    let fits = s.d.is_multiple_of(32)
         && s.d <= 256
-        && s.hq % s.hkv == 0
+        && s.hkv > 0
+        && s.hq.is_multiple_of(s.hkv)
         && shared <= SHARED_BYTES
-        && s.k % 8 == 0
-        && s.i % 8 == 0;
+        && s.k.is_multiple_of(8)
+        && s.i.is_multiple_of(8);
     fits.then_some((blocks, splits))
 }
 
@@ -346,7 +350,8 @@ struct Inputs<'a> {
     wd: &'a Array,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `attention_mlp`'s kernel on `a`, launched on `blocks` blocks with `splits` splits of each
+/// head's positions: the block's output.
 fn launch(
     a: &Inputs,
     s: &Sizes,
