@@ -285,8 +285,8 @@ const NORM_GATED: &str = r#"
 /// `pos[0]`; `W` as `[K, (HQ + 2·HKV)·D]`): `P` blocks per head, each computing `D/P` of its
 /// columns with `WARPS` warps of up to 8 columns at a time (their first loads issued before
 /// staging). With `P > 1` the parts meet in `raw` (`[R, HQ + 2·HKV, D]`, f32) and the last
-/// part of a head to finish (counted in `counts`, see [`super::cuda::counters`]) takes the
-/// whole head on: a query or key head is normalized with `qw`/`kw` (when `NORM`) and rotated,
+/// part of a head to finish (counted in `counts`, see [`super::cuda::counters`]: each launch adds
+/// `TICKS` to a head's count, whatever its `P`) takes the whole head on: a query or key head is normalized with `qw`/`kw` (when `NORM`) and rotated,
 /// as [`super::cuda`]'s `QKV_NORM_ROPE` does. Writes `q` `[R, HQ, 1, D]` and keys and values as
 /// `K_OUT`/`V_OUT` say (one `kv` buffer or two).
 const NORM_QKV_HEADS: &str = r#"
@@ -336,8 +336,11 @@ const NORM_QKV_HEADS: &str = r#"
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
+      // Each part adds TICKS / P, so a launch adds TICKS to its head's count whatever its P
+      // (launches with other P share the counts), and the last part sees TICKS - TICKS / P.
+      constexpr unsigned long long STEP = TICKS / P;
       unsigned long long* count = (unsigned long long*)(counts) + 8 + head;
-      last = atomicAdd(count, 1ull) % P == P - 1;
+      last = atomicAdd(count, STEP) % TICKS == TICKS - STEP;
     }
     __syncthreads();
     if (!last) return;
@@ -410,9 +413,14 @@ fn qkv_warps(rows: usize, d: usize, dtype: Dtype) -> i32 {
     }
 }
 
+/// What one launch of [`NORM_QKV_HEADS`] adds to each head's count, split evenly among the head's
+/// parts: the most parts a head may have.
+const QKV_TICKS: usize = 64;
+
 /// Blocks per head of [`NORM_QKV_HEADS`] for `heads` heads of `d` columns and `warps` warps a
-/// block: the most (a power of two) that keeps the grid within the GPU's multiprocessors and
-/// gives every warp at least one column; one where the multiprocessors are unknown.
+/// block: the most (a power of two, at most [`QKV_TICKS`]) that keeps the grid within the GPU's
+/// multiprocessors and gives every warp at least one column; one where the multiprocessors are
+/// unknown.
 fn qkv_parts(heads: usize, d: usize, warps: usize) -> usize {
     let Some(sms) = kernel::multiprocessors() else {
         return 1;
@@ -421,7 +429,8 @@ fn qkv_parts(heads: usize, d: usize, warps: usize) -> usize {
         return 1;
     }
     let mut parts = 1;
-    while 2 * parts * heads <= sms && d.is_multiple_of(2 * parts * warps) {
+    while 2 * parts <= QKV_TICKS && 2 * parts * heads <= sms && d.is_multiple_of(2 * parts * warps)
+    {
         parts *= 2;
     }
     parts
@@ -625,6 +634,7 @@ pub(super) fn norm_qkv_heads(
                     TemplateArg::Int("BIAS", p.bias.is_some() as i32),
                     TemplateArg::Int("WARPS", warps),
                     TemplateArg::Int("P", parts as i32),
+                    TemplateArg::Int("TICKS", QKV_TICKS as i32),
                 ],
                 [(parts * (hq + 2 * hkv)) as i32 * threads, 1, 1],
                 [threads, 1, 1],
