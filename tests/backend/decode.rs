@@ -580,7 +580,8 @@ fn attention_mlp_matches_the_composed_ops() {
                     steps,
                     2.0 * tol,
                 );
-                // And against burn-ndarray in f32.
+                // And against burn-ndarray in f32: four ops rounded to the dtype, so four times a
+                // projection's tolerance (the composed path on the CPU stays within one).
                 let attended = joint_attention_ref(q_r.clone(), kv_r.clone(), len, scale);
                 let h = x_r.clone() + attended.matmul(wo_r.clone());
                 let gu = rms_norm_ref(h.clone(), g_r.clone(), 1e-6).matmul(wgu_r.clone());
@@ -588,14 +589,13 @@ fn attention_mlp_matches_the_composed_ops() {
                 let want = h + (gv.clone() * sigmoid(gv) * u).matmul(wd_r.clone());
                 check(
                     &format!("{label} ({how} length)"),
-                    fused,
+                    fused.clone(),
                     want.into_data().to_vec().unwrap(),
                     4.0 * projection_tol(dtype, tol, 1, hidden),
                 );
-                // A second run reads the same cache and gives the same values.
-                let again = f32_rows(run());
-                let first = f32_rows(run());
-                assert_eq!(again, first, "{label}: two runs differ");
+                // Another run reads the same cache and gives the same values (on CUDA: the
+                // barrier counters it finds are those the first run left).
+                assert_eq!(f32_rows(run()), fused, "{label}: two runs differ");
             }
         }
     }
