@@ -217,6 +217,57 @@ __device__ __forceinline__ float bm_column(float acc, const T* bias, long bs, lo
   if (BIAS) y = static_cast<float>(static_cast<T>(y + static_cast<float>(bias[n * bs])));
   return y;
 }
+
+// One head's D projected values (f32 at `src`; with GLOBAL written by other blocks, so read from
+// L2) to `dst`, by one warp. A value head (`rotate` false) is copied; a query or key head is
+// RMS-normalized with weight `w` and `eps` when NORM (rounded where the composed ops round) and
+// rotated by rotate-half RoPE at position `p` with inverse frequencies `freqs`.
+template <typename T, int D, bool NORM, bool GLOBAL, typename W, typename F>
+__device__ void bm_head_out(const float* src, T* dst, bool rotate, const W* w, float eps,
+                            float p, const F* freqs) {
+  constexpr int HALF = D / 2;
+  constexpr int PER = (HALF + 31) / 32;
+  const int lane = threadIdx.x & 31;
+  auto at = [&](int i) { return GLOBAL ? __ldcg(src + i) : src[i]; };
+  if (!rotate) {
+    for (int i = lane; i < D; i += 32) dst[i] = static_cast<T>(at(i));
+    return;
+  }
+  float a[PER], b[PER];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    a[j] = 0.f;
+    b[j] = 0.f;
+    if (i < HALF) {
+      a[j] = at(i);
+      b[j] = at(i + HALF);
+      ss += a[j] * a[j] + b[j] * b[j];
+    }
+  }
+  if (NORM) {
+    const float inv = rsqrtf(bm_warp_sum(ss) / D + eps);
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = lane + 32 * j;
+      if (i < HALF) {
+        a[j] = static_cast<float>(static_cast<T>(a[j] * inv * static_cast<float>(w[i])));
+        b[j] = static_cast<float>(static_cast<T>(b[j] * inv * static_cast<float>(w[i + HALF])));
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    if (i < HALF) {
+      float s, c;
+      sincosf(p * static_cast<float>(freqs[i]), &s, &c);
+      dst[i] = static_cast<T>(a[j] * c - b[j] * s);
+      dst[i + HALF] = static_cast<T>(b[j] * c + a[j] * s);
+    }
+  }
+}
 "#;
 
 /// `y = res + x·W (+ b)`: `x` `[R, K]`, `W` as `[K, N]`, `res` `[R, N]`. One warp per column,
@@ -293,8 +344,6 @@ const NORM_QKV_HEADS: &str = r#"
   constexpr int COLS = D / P;
   constexpr int C = COLS / WARPS < 8 ? COLS / WARPS : 8;
   constexpr int CH = 16 / C;
-  constexpr int HALF = D / 2;
-  constexpr int PER = (HALF + 31) / 32;
   constexpr int HEADS = HQ + 2 * HKV;
   __shared__ __align__(16) T xs[R * K];
   __shared__ float red[32];
@@ -355,50 +404,14 @@ const NORM_QKV_HEADS: &str = r#"
   const int bi = warp;
   const float* src = o[bi];
   if (head >= HQ + HKV) {
-    T* dst = V_OUT(head - HQ - HKV);
-    for (int i = lane; i < D; i += 32) dst[i] = static_cast<T>(src[i]);
+    bm_head_out<T, D, false, false>(src, V_OUT(head - HQ - HKV), false, qw, 0.f, 0.f, freqs);
     return;
   }
   const bool is_q = head < HQ;
   const int hh = is_q ? head : head - HQ;
   T* dst = is_q ? q + ((size_t)bi * HQ + hh) * D : K_OUT(hh);
-  float a[PER], b[PER];
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = lane + 32 * j;
-    a[j] = 0.f;
-    b[j] = 0.f;
-    if (i < HALF) {
-      a[j] = src[i];
-      b[j] = src[i + HALF];
-      ss += a[j] * a[j] + b[j] * b[j];
-    }
-  }
-  if (NORM) {
-    const float inv = rsqrtf(bm_warp_sum(ss) / D + __int_as_float(QK_EPS));
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int i = lane + 32 * j;
-      if (i < HALF) {
-        const float wa = static_cast<float>(is_q ? qw[i] : kw[i]);
-        const float wb = static_cast<float>(is_q ? qw[i + HALF] : kw[i + HALF]);
-        a[j] = static_cast<float>(static_cast<T>(a[j] * inv * wa));
-        b[j] = static_cast<float>(static_cast<T>(b[j] * inv * wb));
-      }
-    }
-  }
-  const float p = static_cast<float>(pos[0]);
-#pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = lane + 32 * j;
-    if (i < HALF) {
-      float s, c;
-      sincosf(p * static_cast<float>(freqs[i]), &s, &c);
-      dst[i] = static_cast<T>(a[j] * c - b[j] * s);
-      dst[i + HALF] = static_cast<T>(b[j] * c + a[j] * s);
-    }
-  }
+  bm_head_out<T, D, NORM, false>(src, dst, true, is_q ? qw : kw, __int_as_float(QK_EPS),
+                                 static_cast<float>(pos[0]), freqs);
 "#;
 
 /// Warps per block of [`NORM_QKV_HEADS`]. Sixteen (512 threads, at most 128 registers each)
@@ -425,7 +438,7 @@ fn qkv_parts(heads: usize, d: usize, warps: usize) -> usize {
     let Some(sms) = kernel::multiprocessors() else {
         return 1;
     };
-    if heads + 8 > COUNTERS {
+    if heads + 8 > COUNTERS / 2 {
         return 1;
     }
     let mut parts = 1;

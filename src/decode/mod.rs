@@ -16,6 +16,7 @@
 //! | [`linear_add`] | for one position per sequence: a projection and the residual add after it |
 //! | [`norm_gated`] | for one position per sequence: the RMS norm before the gate/up projection, the projection and [`gated`]'s work |
 //! | [`attention_mlp`] | for one position of one sequence, after the cache write: [`decode_attention_joint`], [`linear_add`], [`norm_gated`] and [`linear_add`] |
+//! | [`attention_mlp_qkv`] | [`attention_mlp`] and the next block's [`norm_qkv_heads_joint`] |
 //!
 //! On [`Mlx`](crate::Mlx)'s CUDA device each is one MLX custom kernel (one primitive, one
 //! launch; `src/decode/cuda.rs`), compiled by MLX on its first use in a process. Everywhere
@@ -34,9 +35,9 @@ mod projection;
 mod tail;
 
 pub use projection::{
-    linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, MAX_FUSED_ROWS,
+    linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, NormQkv, MAX_FUSED_ROWS,
 };
-pub use tail::attention_mlp;
+pub use tail::{attention_mlp, attention_mlp_qkv};
 
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, swiglu, RotaryEmbedding};
 use crate::interop::to_mlx;

@@ -212,7 +212,7 @@ pub fn norm_qkv_heads<B: Backend>(
     rope: &RotaryEmbedding<B>,
     offset: &At<B>,
 ) -> [Tensor<B, 4>; 3] {
-    let step = QkvStep {
+    let step = NormQkv {
         norm,
         eps,
         dense,
@@ -222,9 +222,7 @@ pub fn norm_qkv_heads<B: Backend>(
         rope,
         offset,
     };
-    let mut out = step.run(x, false).into_iter();
-    let mut next = || out.next().expect("three outputs");
-    [next(), next(), next()]
+    step.heads(x)
 }
 
 /// [`norm_qkv_heads`] with the keys and values in one tensor, `[batch, 2 · kv_heads, 1,
@@ -245,7 +243,7 @@ pub fn norm_qkv_heads_joint<B: Backend>(
     rope: &RotaryEmbedding<B>,
     offset: &At<B>,
 ) -> [Tensor<B, 4>; 2] {
-    let step = QkvStep {
+    let step = NormQkv {
         norm,
         eps,
         dense,
@@ -255,28 +253,50 @@ pub fn norm_qkv_heads_joint<B: Backend>(
         rope,
         offset,
     };
-    let mut out = step.run(x, true).into_iter();
-    let mut next = || out.next().expect("two outputs");
-    [next(), next()]
+    step.heads_joint(x)
 }
 
-/// The arguments of [`norm_qkv_heads`] and [`norm_qkv_heads_joint`].
-struct QkvStep<'a, B: Backend> {
-    norm: &'a Tensor<B, 1>,
-    eps: f64,
-    dense: Dense<'a, B>,
-    layout: QkvLayout,
-    qk_norms: Option<(&'a Tensor<B, 1>, &'a Tensor<B, 1>)>,
-    qk_eps: f64,
-    rope: &'a RotaryEmbedding<B>,
-    offset: &'a At<B>,
+/// The arguments of [`norm_qkv_heads`] and [`norm_qkv_heads_joint`] (see them), for a call that
+/// takes a block's QKV step as one value ([`super::attention_mlp_qkv`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NormQkv<'a, B: Backend> {
+    /// The RMS norm's weight before the projection, `[in]`.
+    pub norm: &'a Tensor<B, 1>,
+    /// The RMS norm's epsilon.
+    pub eps: f64,
+    /// The fused QKV projection, `[in, (heads + 2·kv_heads)·head_dim]`.
+    pub dense: Dense<'a, B>,
+    /// The heads of the projection's output.
+    pub layout: QkvLayout,
+    /// The query and key heads' RMS norm weights (`[head_dim]` each), or none.
+    pub qk_norms: Option<(&'a Tensor<B, 1>, &'a Tensor<B, 1>)>,
+    /// The query/key norms' epsilon.
+    pub qk_eps: f64,
+    /// The rotary embedding of the query and key heads.
+    pub rope: &'a RotaryEmbedding<B>,
+    /// The position of the rows.
+    pub offset: &'a At<B>,
 }
 
-impl<B: Backend> QkvStep<'_, B> {
-    fn run(&self, x: Tensor<B, 2>, joint: bool) -> Vec<Tensor<B, 4>> {
-        let op = "norm_qkv_heads";
-        self.dense.check(op, &x);
-        check_norm(op, &x, self.norm);
+impl<B: Backend> NormQkv<'_, B> {
+    /// [`norm_qkv_heads`] of `x`: `[queries, keys, values]`.
+    pub fn heads(&self, x: Tensor<B, 2>) -> [Tensor<B, 4>; 3] {
+        let mut out = self.run(x, false).into_iter();
+        let mut next = || out.next().expect("three outputs");
+        [next(), next(), next()]
+    }
+
+    /// [`norm_qkv_heads_joint`] of `x`: `[queries, keys and values]`.
+    pub fn heads_joint(&self, x: Tensor<B, 2>) -> [Tensor<B, 4>; 2] {
+        let mut out = self.run(x, true).into_iter();
+        let mut next = || out.next().expect("two outputs");
+        [next(), next()]
+    }
+
+    /// Checks the shapes for `x` (`[rows, in]`), naming `op`.
+    pub(super) fn check(&self, op: &str, x: &Tensor<B, 2>) {
+        self.dense.check(op, x);
+        check_norm(op, x, self.norm);
         let QkvLayout {
             heads: hq,
             kv_heads: hkv,
@@ -296,6 +316,16 @@ impl<B: Backend> QkvStep<'_, B> {
             "{op}: the rotary embedding is for heads of {}, the layout's are {d}",
             self.rope.head_dim()
         );
+    }
+
+    fn run(&self, x: Tensor<B, 2>, joint: bool) -> Vec<Tensor<B, 4>> {
+        let op = "norm_qkv_heads";
+        self.check(op, &x);
+        let QkvLayout {
+            heads: hq,
+            kv_heads: hkv,
+            head_dim: d,
+        } = self.layout;
         let [batch, _] = x.dims();
         let x = match fused_inputs(x, &self.dense) {
             Ok((t, w, b)) if d % 16 == 0 && d <= 256 => {

@@ -16,14 +16,16 @@
 //! the previous one's output), nor beside a kernel that holds multiprocessors until this one
 //! ends. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
 
+use super::cuda::COUNTERS;
 use super::cuda::{counters, dims_i32, HEADER};
 use super::gemv::GEMV_HEADER;
+use super::projection::NormQkv;
 use super::projection::{dense_array, Dense};
 use super::{array_of, decode_attention_joint, kernel_input, linear_add, norm_gated, At, Gate};
 use crate::error::MlxError;
 use crate::fast::float_from_mlx;
 use crate::native::kernel::{self, CudaKernel, TemplateArg};
-use crate::tensor::OrPanic;
+use crate::tensor::{MlxTensor, OrPanic};
 use burn_tensor::backend::Backend;
 use burn_tensor::Tensor;
 use mlx_rs::{Array, Dtype};
@@ -208,6 +210,12 @@ const ATTENTION_MLP: &str = r#"
       __syncthreads();
     }
   }
+  // Each phase's first weight columns are loaded before the barrier ahead of it (the weights do
+  // not depend on what the barrier waits for), so their latency hides the barrier's.
+  uint4 wv_o[1][8];
+  if (gw < K && bm_vec_cols<T, KA>(wo + gw * wo_strides[1], 0, wo_strides[0])) {
+    bm_load_cols<T, KA, 1, 8>(wo + gw * wo_strides[1], 0, 0, wv_o);
+  }
   bm_grid_sync(bar);
 
   // The heads' outputs (every block combines the splits itself), then h = x + out·Wo.
@@ -244,15 +252,19 @@ const ATTENTION_MLP: &str = r#"
   for (long n = gw; n < K; n += GW) {
     const T* col = wo + n * wo_strides[1];
     const bool vec = bm_vec_cols<T, KA>(col, 0, wo_strides[0]);
-    uint4 wv[1][8];
-    if (vec) bm_load_cols<T, KA, 1, 8>(col, 0, 0, wv);
+    if (vec && n != gw) bm_load_cols<T, KA, 1, 8>(col, 0, 0, wv_o);
     float acc[1][1];
-    bm_cols_dot<T, 1, KA, 1, 8>(col, 0, wo_strides[0], xs, vec, wv, acc);
+    bm_cols_dot<T, 1, KA, 1, 8>(col, 0, wo_strides[0], xs, vec, wv_o, acc);
     if (lane == 0) {
       const float v = static_cast<float>(static_cast<T>(acc[0][0]));
       const float r = static_cast<float>(x[n * x_strides[1]]);
       hbuf[n] = static_cast<T>(r + v);
     }
+  }
+  const long gu_cs = (long)I * wgu_strides[1];
+  uint4 wv_gu[2][4];
+  if (gw < I && bm_vec_cols<T, K>(wgu + gw * wgu_strides[1], gu_cs, wgu_strides[0])) {
+    bm_load_cols<T, K, 2, 4>(wgu + gw * wgu_strides[1], gu_cs, 0, wv_gu);
   }
   bm_grid_sync(bar);
 
@@ -260,12 +272,10 @@ const ATTENTION_MLP: &str = r#"
   bm_stage_shared<T, K, true>(hbuf, g, g_strides[0], __int_as_float(EPS), xs, red);
   for (long j = gw; j < I; j += GW) {
     const T* col = wgu + j * wgu_strides[1];
-    const long cs = (long)I * wgu_strides[1];
-    const bool vec = bm_vec_cols<T, K>(col, cs, wgu_strides[0]);
-    uint4 wv[2][4];
-    if (vec) bm_load_cols<T, K, 2, 4>(col, cs, 0, wv);
+    const bool vec = bm_vec_cols<T, K>(col, gu_cs, wgu_strides[0]);
+    if (vec && j != gw) bm_load_cols<T, K, 2, 4>(col, gu_cs, 0, wv_gu);
     float acc[2][1];
-    bm_cols_dot<T, 1, K, 2, 4>(col, cs, wgu_strides[0], xs, vec, wv, acc);
+    bm_cols_dot<T, 1, K, 2, 4>(col, gu_cs, wgu_strides[0], xs, vec, wv_gu, acc);
     if (lane == 0) {
       const float gv = static_cast<float>(static_cast<T>(acc[0][0]));
       const float uv = static_cast<float>(static_cast<T>(acc[1][0]));
@@ -278,6 +288,10 @@ const ATTENTION_MLP: &str = r#"
       abuf[j] = static_cast<T>(a * uv);
     }
   }
+  uint4 wv_d[1][8];
+  if (gw < K && bm_vec_cols<T, I>(wd + gw * wd_strides[1], 0, wd_strides[0])) {
+    bm_load_cols<T, I, 1, 8>(wd + gw * wd_strides[1], 0, 0, wv_d);
+  }
   bm_grid_sync(bar);
 
   // y = h + act·Wd.
@@ -285,13 +299,72 @@ const ATTENTION_MLP: &str = r#"
   for (long n = gw; n < K; n += GW) {
     const T* col = wd + n * wd_strides[1];
     const bool vec = bm_vec_cols<T, I>(col, 0, wd_strides[0]);
-    uint4 wv[1][8];
-    if (vec) bm_load_cols<T, I, 1, 8>(col, 0, 0, wv);
+    if (vec && n != gw) bm_load_cols<T, I, 1, 8>(col, 0, 0, wv_d);
     float acc[1][1];
-    bm_cols_dot<T, 1, I, 1, 8>(col, 0, wd_strides[0], xs, vec, wv, acc);
+    bm_cols_dot<T, 1, I, 1, 8>(col, 0, wd_strides[0], xs, vec, wv_d, acc);
     if (lane == 0) {
       const float v = static_cast<float>(static_cast<T>(acc[0][0]));
       y[n] = static_cast<T>(static_cast<float>(bm_ldcg(hbuf + n)) + v);
+    }
+  }
+"#;
+
+/// Appended to [`ATTENTION_MLP`] by [`attention_mlp_qkv`]: the next block's query, key and value
+/// heads from `y`, as `norm_qkv_heads_joint` makes them (`rms_norm(y)·Wqkv (+ bias)`, each
+/// query/key head normalized with `qw`/`kw` when `NORM` and rotated at `pos[0]`), into `q2`
+/// (`[1, HQ, 1, D]`) and `kv2` (`[1, 2·HKV, 1, D]`). Each warp takes four columns at a time and
+/// publishes them to `raw`; a head's count (in `sync` from `HEAD_COUNTS`) grows by `D` a launch,
+/// and the warp that finishes a head's last columns tops the count up to the next multiple of
+/// `ROUND` and writes the head.
+const NEXT_QKV: &str = r#"
+  {
+    constexpr int N = (HQ + 2 * HKV) * D;
+    constexpr int C = 4;
+    constexpr int CH = 4;
+    constexpr unsigned long long ROUND = 1024;
+    constexpr long R_OFF = A_OFF + ((long)I * sizeof(T) + 15) / 16 * 4;
+    float* raw = work + R_OFF;
+    const long ws = wqkv_strides[1];
+    const long first = gw * C;
+    uint4 wv[C][CH];
+    if (first < N && bm_vec_cols<T, K>(wqkv + first * ws, ws, wqkv_strides[0])) {
+      bm_load_cols<T, K, C, CH>(wqkv + first * ws, ws, 0, wv);
+    }
+    bm_grid_sync(bar);
+    bm_stage_shared<T, K, true>(y, g2, g2_strides[0], __int_as_float(EPS2), xs, red);
+    for (long n = first; n < N; n += GW * C) {
+      const T* col = wqkv + n * ws;
+      const bool vec = bm_vec_cols<T, K>(col, ws, wqkv_strides[0]);
+      if (vec && n != first) bm_load_cols<T, K, C, CH>(col, ws, 0, wv);
+      float acc[C][1];
+      bm_cols_dot<T, 1, K, C, CH>(col, ws, wqkv_strides[0], xs, vec, wv, acc);
+      const int head = static_cast<int>(n / D);
+      int last = 0;
+      if (lane == 0) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          raw[n + c] = bm_column<T, BIAS>(acc[c][0], bias2, bias2_strides[0], n + c);
+        }
+        __threadfence();
+        unsigned long long* count = bar + HEAD_COUNTS + head;
+        const unsigned long long old = atomicAdd(count, (unsigned long long)C);
+        last = old % ROUND == D - C;
+        if (last) atomicAdd(count, ROUND - D);
+      }
+      if (__shfl_sync(0xffffffffu, last, 0)) {
+        __threadfence();
+        const float* src = raw + (long)head * D;
+        if (head < HQ) {
+          bm_head_out<T, D, NORM, true>(src, q2 + (long)head * D, true, qw,
+                                        __int_as_float(QK_EPS), static_cast<float>(pos[0]),
+                                        freqs);
+        } else {
+          // Keys then values, as the joint cache holds them.
+          bm_head_out<T, D, NORM, true>(src, kv2 + (long)(head - HQ) * D, head < HQ + HKV, kw,
+                                        __int_as_float(QK_EPS), static_cast<float>(pos[0]),
+                                        freqs);
+        }
+      }
     }
   }
 "#;
@@ -350,8 +423,22 @@ struct Inputs<'a> {
     wd: &'a Array,
 }
 
-/// `attention_mlp`'s kernel on `a`, launched on `blocks` blocks with `splits` splits of each
-/// head's positions: the block's output.
+/// The arrays and constants of the next block's QKV step ([`NEXT_QKV`]).
+struct NextInputs {
+    norm: Array,
+    w: Array,
+    bias: Option<Array>,
+    qk: Option<(Array, Array)>,
+    freqs: Array,
+    pos: Array,
+    eps: f32,
+    qk_eps: f32,
+}
+
+/// `attention_mlp`'s kernel on `a` (and, with `next`, the next block's QKV step), launched on
+/// `blocks` blocks with `splits` splits of each head's positions: the block's output (and the
+/// next block's queries and keys/values).
+#[allow(clippy::too_many_arguments)]
 fn launch(
     a: &Inputs,
     s: &Sizes,
@@ -359,45 +446,238 @@ fn launch(
     scale: f32,
     eps: f32,
     gelu: bool,
-) -> Result<Array, MlxError> {
+    next: Option<&NextInputs>,
+) -> Result<Vec<Array>, MlxError> {
     let dtype = a.x.dtype();
     let size = if dtype == Dtype::Float32 { 4 } else { 2 };
     let part = s.hq * splits * (s.d + 2);
-    let work = part.div_ceil(4) * 4 + (s.k * size).div_ceil(16) * 4 + (s.i * size).div_ceil(4);
+    let heads = s.hq + 2 * s.hkv;
+    let work = part.div_ceil(4) * 4
+        + (s.k * size).div_ceil(16) * 4
+        + (s.i * size).div_ceil(16) * 4
+        + if next.is_some() { heads * s.d } else { 0 };
     let counter = counters()?;
+    let y_shape = dims_i32(&[1, s.k]);
+    let work_shape = dims_i32(&[work]);
+    let mut targs = vec![
+        TemplateArg::Dtype("T", dtype),
+        TemplateArg::Int("K", s.k as i32),
+        TemplateArg::Int("HQ", s.hq as i32),
+        TemplateArg::Int("HKV", s.hkv as i32),
+        TemplateArg::Int("D", s.d as i32),
+        TemplateArg::Int("I", s.i as i32),
+        TemplateArg::Int("S", splits as i32),
+        TemplateArg::Int("SCALE", scale.to_bits() as i32),
+        TemplateArg::Int("EPS", eps.to_bits() as i32),
+        TemplateArg::Int("GELU", gelu as i32),
+    ];
+    let grid = [(blocks * THREADS) as i32, 1, 1];
+    let block = [THREADS as i32, 1, 1];
     static JOINED: OnceLock<String> = OnceLock::new();
     let header = JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}{TAIL_HEADER}"));
+    let base = [a.q, a.kv, a.len, a.x, a.wo, a.norm, a.wgu, a.wd, &counter];
+    let Some(n) = next else {
+        return kernel::with_strided_kernel(
+            "burn_mlx_attention_mlp",
+            &["q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync"],
+            &["y", "work"],
+            || ATTENTION_MLP.to_string(),
+            header,
+            |k: &CudaKernel| {
+                k.apply(
+                    &base,
+                    &[(&y_shape, dtype), (&work_shape, Dtype::Float32)],
+                    &targs,
+                    grid,
+                    block,
+                )
+            },
+        )
+        .map(|mut out| {
+            out.truncate(1);
+            out
+        });
+    };
+    // Without a bias or norms their arrays are not read: the weight and the frequencies stand
+    // in for them.
+    let bias = n.bias.as_ref().unwrap_or(&n.w);
+    let (qw, kw) = n.qk.as_ref().map_or((&n.freqs, &n.freqs), |(q, k)| (q, k));
+    targs.extend([
+        TemplateArg::Int("EPS2", n.eps.to_bits() as i32),
+        TemplateArg::Int("QK_EPS", n.qk_eps.to_bits() as i32),
+        TemplateArg::Int("NORM", n.qk.is_some() as i32),
+        TemplateArg::Int("BIAS", n.bias.is_some() as i32),
+        TemplateArg::Int("HEAD_COUNTS", HEAD_COUNTS as i32),
+    ]);
+    let q_shape = dims_i32(&[1, s.hq, 1, s.d]);
+    let kv_shape = dims_i32(&[1, 2 * s.hkv, 1, s.d]);
+    let mut inputs = base.to_vec();
+    inputs.extend([&n.norm, &n.w, bias, qw, kw, &n.freqs, &n.pos]);
     kernel::with_strided_kernel(
-        "burn_mlx_attention_mlp",
-        &["q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync"],
-        &["y", "work"],
-        || ATTENTION_MLP.to_string(),
+        "burn_mlx_attention_mlp_qkv",
+        &[
+            "q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync", "g2", "wqkv", "bias2", "qw",
+            "kw", "freqs", "pos",
+        ],
+        &["y", "q2", "kv2", "work"],
+        || format!("{ATTENTION_MLP}{NEXT_QKV}"),
         header,
         |k: &CudaKernel| {
             k.apply(
-                &[a.q, a.kv, a.len, a.x, a.wo, a.norm, a.wgu, a.wd, &counter],
+                &inputs,
                 &[
-                    (&dims_i32(&[1, s.k]), dtype),
-                    (&dims_i32(&[work]), Dtype::Float32),
+                    (&y_shape, dtype),
+                    (&q_shape, dtype),
+                    (&kv_shape, dtype),
+                    (&work_shape, Dtype::Float32),
                 ],
-                &[
-                    TemplateArg::Dtype("T", dtype),
-                    TemplateArg::Int("K", s.k as i32),
-                    TemplateArg::Int("HQ", s.hq as i32),
-                    TemplateArg::Int("HKV", s.hkv as i32),
-                    TemplateArg::Int("D", s.d as i32),
-                    TemplateArg::Int("I", s.i as i32),
-                    TemplateArg::Int("S", splits as i32),
-                    TemplateArg::Int("SCALE", scale.to_bits() as i32),
-                    TemplateArg::Int("EPS", eps.to_bits() as i32),
-                    TemplateArg::Int("GELU", gelu as i32),
-                ],
-                [(blocks * THREADS) as i32, 1, 1],
-                [THREADS as i32, 1, 1],
+                &targs,
+                grid,
+                block,
             )
         },
     )
-    .map(|mut out| out.remove(0))
+    .map(|mut out| {
+        out.truncate(3);
+        out
+    })
+}
+
+/// The first entry of [`counters`] that [`NEXT_QKV`] counts heads in (below it: the barrier and
+/// `norm_qkv_heads`'s counts).
+const HEAD_COUNTS: usize = COUNTERS / 2;
+
+/// The arguments of [`attention_mlp`], for the paths it and [`attention_mlp_qkv`] share.
+struct Block<'a, B: Backend> {
+    q: Tensor<B, 4>,
+    kv: Tensor<B, 4>,
+    len: &'a At<B>,
+    scale: f64,
+    x: Tensor<B, 2>,
+    o_proj: Dense<'a, B>,
+    norm: &'a Tensor<B, 1>,
+    eps: f64,
+    gate_up: Dense<'a, B>,
+    down: Dense<'a, B>,
+    gate: Gate,
+}
+
+impl<B: Backend> Block<'_, B> {
+    /// The block through the kernel (with `next`: also the next block's heads, see
+    /// [`attention_mlp_qkv`]) when it runs here: its outputs; `self` back otherwise.
+    fn fused(mut self, next: Option<&NormQkv<B>>) -> Result<Vec<MlxTensor>, Self> {
+        let [b, hq, _, d] = self.q.dims();
+        let [_, heads, _, _] = self.kv.dims();
+        let [_, k] = self.x.dims();
+        let [_, width] = self.gate_up.weight.dims();
+        let sizes = Sizes {
+            k,
+            hq,
+            hkv: heads / 2,
+            d,
+            i: width / 2,
+        };
+        let (o_proj, gate_up, down) =
+            (self.o_proj.clone(), self.gate_up.clone(), self.down.clone());
+        let next_fits = next.is_none_or(|n| {
+            let l = n.layout;
+            (l.heads, l.kv_heads, l.head_dim) == (hq, heads / 2, d)
+                && n.dense.weight.dims() == [k, l.width()]
+                && n.norm.dims() == [k]
+                && l.width() / d <= COUNTERS - HEAD_COUNTS
+        });
+        let fits = b == 1
+            && grid_kernel_on()
+            && next_fits
+            && o_proj.weight.dims() == [hq * d, k]
+            && down.weight.dims() == [width / 2, k]
+            && gate_up.weight.dims()[0] == k
+            && self.norm.dims() == [k]
+            && [&o_proj, &gate_up, &down].iter().all(|p| p.bias.is_none());
+        if !fits {
+            return Err(self);
+        }
+        let t = match kernel_input(self.q) {
+            Ok(t) => t,
+            Err(q) => {
+                self.q = q;
+                return Err(self);
+            }
+        };
+        let dtype = t.array.dtype();
+        let weights = (
+            dense_array(o_proj.weight.clone(), dtype),
+            dense_array(gate_up.weight.clone(), dtype),
+            dense_array(down.weight.clone(), dtype),
+        );
+        let xa = array_of(&self.x);
+        let next = next.map(|n| {
+            let bias = n.dense.bias.map(|b| dense_array(b.clone(), dtype));
+            let w = dense_array(n.dense.weight.clone(), dtype);
+            let norms = n.qk_norms.map(|(q, k)| (array_of(q), array_of(k)));
+            match (w, bias) {
+                (Some(w), None) => Some((w, None, norms)),
+                (Some(w), Some(Some(b))) => Some((w, Some(b), norms)),
+                _ => None,
+            }
+            .map(|(w, bias, qk)| NextInputs {
+                norm: array_of(n.norm),
+                w,
+                bias,
+                qk,
+                freqs: array_of(n.rope.inverse_frequencies()),
+                pos: n.offset.array(),
+                eps: n.eps as f32,
+                qk_eps: n.qk_eps as f32,
+            })
+        });
+        let shape = launch_shape(&sizes, dtype);
+        let (Some(wo), Some(wgu), Some(wd)) = weights else {
+            self.q = float_from_mlx(t);
+            return Err(self);
+        };
+        // `next` given but not fused (its weight not dense in `dtype`): none of it runs here.
+        let next = match next {
+            None => None,
+            Some(Some(n)) => Some(n),
+            Some(None) => {
+                self.q = float_from_mlx(t);
+                return Err(self);
+            }
+        };
+        let (Some(shape), true) = (shape, xa.dtype() == dtype) else {
+            self.q = float_from_mlx(t);
+            return Err(self);
+        };
+        let kva = array_of(&self.kv);
+        let n = self.len.array();
+        let g = array_of(self.norm);
+        let inputs = Inputs {
+            q: &t.array,
+            kv: &kva,
+            len: &n,
+            x: &xa,
+            wo: &wo,
+            norm: &g,
+            wgu: &wgu,
+            wd: &wd,
+        };
+        let gelu = self.gate == Gate::GeluTanh;
+        let (scale, eps) = (self.scale as f32, self.eps as f32);
+        let out = t
+            .device
+            .scope(|| launch(&inputs, &sizes, shape, scale, eps, gelu, next.as_ref()))
+            .or_panic("attention_mlp", &[&t.array, &kva, &xa]);
+        Ok(out.into_iter().map(|a| t.with(a)).collect())
+    }
+
+    /// The block through the four functions it stands for.
+    fn composed(self) -> Tensor<B, 2> {
+        let attended = decode_attention_joint(self.q, self.kv, self.len, self.scale, None);
+        let h = linear_add(attended, self.o_proj, self.x);
+        let act = norm_gated(h.clone(), self.norm, self.eps, self.gate_up, self.gate);
+        linear_add(act, self.down, h)
+    }
 }
 
 /// The rest of a pre-norm decoder block's decode step once the new position is in the cache:
@@ -433,63 +713,74 @@ pub fn attention_mlp<B: Backend>(
     down: Dense<B>,
     gate: Gate,
 ) -> Tensor<B, 2> {
-    let [b, hq, _, d] = q.dims();
-    let [_, heads, _, _] = kv.dims();
-    let [_, k] = x.dims();
-    let [_, width] = gate_up.weight.dims();
-    let sizes = Sizes {
-        k,
-        hq,
-        hkv: heads / 2,
-        d,
-        i: width / 2,
+    let block = Block {
+        q,
+        kv,
+        len,
+        scale,
+        x,
+        o_proj,
+        norm,
+        eps,
+        gate_up,
+        down,
+        gate,
     };
-    let fused = b == 1
-        && grid_kernel_on()
-        && o_proj.weight.dims() == [hq * d, k]
-        && down.weight.dims() == [width / 2, k]
-        && gate_up.weight.dims()[0] == k
-        && norm.dims() == [k]
-        && [&o_proj, &gate_up, &down].iter().all(|p| p.bias.is_none());
-    let q = match (fused, kernel_input(q)) {
-        (true, Ok(t)) => {
-            let dtype = t.array.dtype();
-            let arrays = (
-                dense_array(o_proj.weight.clone(), dtype),
-                dense_array(gate_up.weight.clone(), dtype),
-                dense_array(down.weight.clone(), dtype),
-                array_of(&x),
-            );
-            match (arrays, launch_shape(&sizes, dtype)) {
-                ((Some(wo), Some(wgu), Some(wd), xa), Some(shape)) if xa.dtype() == dtype => {
-                    let kva = array_of(&kv);
-                    let n = len.array();
-                    let g = array_of(norm);
-                    let inputs = Inputs {
-                        q: &t.array,
-                        kv: &kva,
-                        len: &n,
-                        x: &xa,
-                        wo: &wo,
-                        norm: &g,
-                        wgu: &wgu,
-                        wd: &wd,
-                    };
-                    let gelu = gate == Gate::GeluTanh;
-                    let y = t
-                        .device
-                        .scope(|| launch(&inputs, &sizes, shape, scale as f32, eps as f32, gelu))
-                        .or_panic("attention_mlp", &[&t.array, &kva, &xa]);
-                    return float_from_mlx(t.with(y));
-                }
-                _ => float_from_mlx(t),
-            }
+    match block.fused(None) {
+        Ok(mut out) => float_from_mlx(out.remove(0)),
+        Err(block) => block.composed(),
+    }
+}
+
+/// [`attention_mlp`] followed by the next block's QKV step on its output: returns the block's
+/// output `y` and `next.heads_joint(y)` (the next block's `[queries, keys and values]`, see
+/// [`NormQkv`]). On MLX's CUDA device, where [`attention_mlp`] is one kernel and the next block
+/// has the same heads, the QKV step runs inside that kernel after a fourth barrier, so a decoder
+/// block's decode step is one kernel and the cache write.
+///
+/// # Panics
+///
+/// When the shapes do not fit together (see [`attention_mlp`] and [`super::norm_qkv_heads`]).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_mlp_qkv<B: Backend>(
+    q: Tensor<B, 4>,
+    kv: Tensor<B, 4>,
+    len: &At<B>,
+    scale: f64,
+    x: Tensor<B, 2>,
+    o_proj: Dense<B>,
+    norm: &Tensor<B, 1>,
+    eps: f64,
+    gate_up: Dense<B>,
+    down: Dense<B>,
+    gate: Gate,
+    next: &NormQkv<B>,
+) -> (Tensor<B, 2>, [Tensor<B, 4>; 2]) {
+    next.check("attention_mlp_qkv", &x);
+    let block = Block {
+        q,
+        kv,
+        len,
+        scale,
+        x,
+        o_proj,
+        norm,
+        eps,
+        gate_up,
+        down,
+        gate,
+    };
+    match block.fused(Some(next)) {
+        Ok(out) => {
+            let mut out = out.into_iter();
+            let mut take = || out.next().expect("three outputs");
+            let y = float_from_mlx(take());
+            (y, [float_from_mlx(take()), float_from_mlx(take())])
         }
-        (_, Ok(t)) => float_from_mlx(t),
-        (_, Err(q)) => q,
-    };
-    let attended = decode_attention_joint(q, kv, len, scale, None);
-    let h = linear_add(attended, o_proj, x);
-    let act = norm_gated(h.clone(), norm, eps, gate_up, gate);
-    linear_add(act, down, h)
+        Err(block) => {
+            let y = block.composed();
+            let heads = next.heads_joint(y.clone());
+            (y, heads)
+        }
+    }
 }

@@ -600,3 +600,137 @@ fn attention_mlp_matches_the_composed_ops() {
         }
     }
 }
+
+#[test]
+fn attention_mlp_qkv_matches_the_composed_ops() {
+    for (di, d, hq, hkv, hidden, width) in TAIL_CASES {
+        let (dtype, tol) = DTYPES[di];
+        let cap = 2048;
+        let (q, _) = pair([1, hq, 1, d], 31, dtype, 1.0);
+        let (kv, _) = pair([1, 2 * hkv, cap, d], 32, dtype, 1.0);
+        let (x, _) = pair([1, hidden], 33, dtype, 2.0);
+        let (wo, _) = weight_pair([hq * d, hidden], 34, dtype, true);
+        let (g, _) = pair([hidden], 35, dtype, 1.5);
+        let (wgu, _) = weight_pair([hidden, 2 * width], 36, dtype, true);
+        let (wd, _) = weight_pair([width, hidden], 37, dtype, true);
+        let layout = QkvLayout {
+            heads: hq,
+            kv_heads: hkv,
+            head_dim: d,
+        };
+        let (g2, g2_r) = pair([hidden], 38, dtype, 1.5);
+        let (wqkv, wqkv_r) = weight_pair([hidden, layout.width()], 39, dtype, true);
+        let (b2, b2_r) = pair([layout.width()], 40, dtype, 0.5);
+        let (qw, qw_r) = pair([d], 41, dtype, 1.0);
+        let (kw, kw_r) = pair([d], 42, dtype, 1.0);
+        let freqs: Vec<f64> = (0..d / 2)
+            .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
+            .collect();
+        let rope = RotaryEmbedding::<Mlx>::new(&freqs, &device());
+        let dense = |w| decode::Dense {
+            weight: w,
+            bias: None,
+        };
+        let scale = 1.0 / (d as f64).sqrt();
+        // The next block with a bias and query/key norms, then without either.
+        for (len, bias, norm) in [(1, true, true), (2047, false, false), (255, true, false)] {
+            let label = format!(
+                "attention_mlp_qkv {dtype:?} d {d} heads {hq}/{hkv} hidden {hidden} width {width} \
+                 len {len} bias {bias} norm {norm}"
+            );
+            let at = At::Device(Tensor::<Mlx, 1, Int>::from_ints([len as i32], &device()));
+            let offset = At::Host(len - 1);
+            let next = decode::NormQkv {
+                norm: &g2,
+                eps: 1e-6,
+                dense: decode::Dense {
+                    weight: &wqkv,
+                    bias: bias.then_some(&b2),
+                },
+                layout,
+                qk_norms: norm.then_some((&qw, &kw)),
+                qk_eps: 1e-6,
+                rope: &rope,
+                offset: &offset,
+            };
+            let run = || {
+                decode::attention_mlp_qkv(
+                    q.clone(),
+                    kv.clone(),
+                    &at,
+                    scale,
+                    x.clone(),
+                    dense(&wo),
+                    &g,
+                    1e-6,
+                    dense(&wgu),
+                    dense(&wd),
+                    Gate::Silu,
+                    &next,
+                )
+            };
+            let (y, [q2, kv2]) = run();
+            // The block's output as `attention_mlp` makes it (on CUDA: the same kernel up to the
+            // next block's heads).
+            let alone = decode::attention_mlp(
+                q.clone(),
+                kv.clone(),
+                &at,
+                scale,
+                x.clone(),
+                dense(&wo),
+                &g,
+                1e-6,
+                dense(&wgu),
+                dense(&wd),
+                Gate::Silu,
+            );
+            let y_rows = f32_rows(y.clone());
+            check(&format!("{label}: y"), y_rows.clone(), f32_rows(alone), tol);
+            // The next block's heads against `norm_qkv_heads_joint` on the same output...
+            let [q_want, kv_want] = next.heads_joint(y.clone());
+            let heads_tol = 2.0 * projection_tol(dtype, tol, 1, hidden).max(4e-4);
+            let (q_rows, kv_rows) = (f32_rows(q2), f32_rows(kv2));
+            check(
+                &format!("{label}: queries against norm_qkv_heads_joint"),
+                q_rows.clone(),
+                f32_rows(q_want),
+                heads_tol,
+            );
+            check(
+                &format!("{label}: keys and values against norm_qkv_heads_joint"),
+                kv_rows.clone(),
+                f32_rows(kv_want),
+                heads_tol,
+            );
+            // ...and against burn-ndarray in f32 from the same output.
+            let y_r = Tensor::<R, 2>::from_data(
+                TensorData::new(y_rows.clone(), [1, hidden]),
+                &NdArrayDevice::Cpu,
+            );
+            let mut qkv_r = rms_norm_ref(y_r, g2_r.clone(), 1e-6).matmul(wqkv_r.clone());
+            if bias {
+                qkv_r = qkv_r + b2_r.clone().unsqueeze::<2>();
+            }
+            let heads = |t: Tensor<R, 2>, n: usize| t.reshape([1, n, 1, d]);
+            let [qr, kr, vr] =
+                heads_ref(qkv_r, [hq, hkv, d], heads, norm.then_some((&qw_r, &kw_r)));
+            let rows = |t: Tensor<R, 4>| {
+                let [_, n, _, _] = t.dims();
+                let t = rope_ref(t.reshape([1, n, 1, d]), &freqs, len - 1);
+                t.into_data().to_vec::<f32>().unwrap()
+            };
+            let mut kv_ref = rows(kr);
+            kv_ref.extend(vr.into_data().to_vec::<f32>().unwrap());
+            let ref_tol = 3.0 * projection_tol(dtype, tol, 1, hidden).max(4e-4);
+            check(&label, q_rows.clone(), rows(qr), ref_tol);
+            check(&label, kv_rows.clone(), kv_ref, ref_tol);
+            // Another run gives the same values (on CUDA: the head counts it finds are those the
+            // first run left).
+            let (y_again, [q_again, kv_again]) = run();
+            assert_eq!(f32_rows(y_again), y_rows, "{label}: two runs differ (y)");
+            assert_eq!(f32_rows(q_again), q_rows, "{label}: two runs differ (q)");
+            assert_eq!(f32_rows(kv_again), kv_rows, "{label}: two runs differ (kv)");
+        }
+    }
+}

@@ -875,38 +875,62 @@ impl<B: Backend> DecoderLayer<B> {
         ])
     }
 
+    /// The block's QKV step at `at` (its input norm, fused projection, heads, query/key norms and
+    /// RoPE), for [`decode::NormQkv::heads_joint`] or the previous block's
+    /// [`decode::attention_mlp_qkv`]. Only for a block that [`step_parts`](Self::step_parts)
+    /// accepts.
+    fn qkv_step<'a>(
+        &'a self,
+        rope: &'a RotaryEmbedding<B>,
+        at: &'a At<B>,
+    ) -> Option<decode::NormQkv<'a, B>> {
+        let [qkv, ..] = self.step_parts()?;
+        let attn = &self.self_attn;
+        Some(decode::NormQkv {
+            norm: &self.input_layernorm.weight,
+            eps: self.input_layernorm.eps,
+            dense: qkv,
+            layout: QkvLayout {
+                heads: attn.num_heads,
+                kv_heads: attn.num_kv_heads,
+                head_dim: attn.head_dim,
+            },
+            qk_norms: attn.qk_norm.as_ref().map(|(q, k)| (&q.weight, &k.weight)),
+            qk_eps: attn.qk_norm.as_ref().map_or(0.0, |(q, _)| q.eps),
+            rope,
+            offset: at,
+        })
+    }
+
     /// One decode step of the block on `x` (`[batch, hidden]`: the newest position of each of the
-    /// cache's sequences, at `position`, with no padding): the block's output. Each projection
-    /// carries its neighbours ([`decode::norm_qkv_heads_joint`], [`decode::linear_add`],
-    /// [`decode::norm_gated`]); with a joint cache everything after the cache write is
-    /// [`decode::attention_mlp`], so on CUDA the block is two kernels and the cache write.
+    /// cache's sequences, at `position`, with no padding; `at` and `len` are that position and
+    /// the length attended over): the block's output, and with `next`, the next block's
+    /// `[queries, keys and values]`. `heads` are this block's, when the previous block made them.
+    /// Each projection carries its neighbours ([`decode::norm_qkv_heads_joint`],
+    /// [`decode::linear_add`], [`decode::norm_gated`]); with a joint cache everything after the
+    /// cache write is [`decode::attention_mlp`], or [`decode::attention_mlp_qkv`] with the next
+    /// block's QKV step, so on CUDA the block is one kernel and the cache write.
     ///
     /// Only for a block that [`step_parts`](Self::step_parts) accepts.
+    #[allow(clippy::too_many_arguments)]
     fn step(
         &self,
         x: Tensor<B, 2>,
+        heads: Option<[Tensor<B, 4>; 2]>,
+        next: Option<&DecoderLayer<B>>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
-    ) -> Result<Tensor<B, 2>> {
-        let Some([qkv, o_proj, gate_up, down_proj]) = self.step_parts() else {
+        (at, len): (&At<B>, &At<B>),
+    ) -> Result<(Tensor<B, 2>, Option<[Tensor<B, 4>; 2]>)> {
+        let (Some([_, o_proj, gate_up, down_proj]), Some(own)) =
+            (self.step_parts(), self.qkv_step(rope, at))
+        else {
             return Err(LlmError::Input(
                 "DecoderLayer::step: the block has no fused, dense projections".into(),
             ));
         };
-        let attn = &self.self_attn;
-        let (hq, hkv, d) = (attn.num_heads, attn.num_kv_heads, attn.head_dim);
-        let layout = QkvLayout {
-            heads: hq,
-            kv_heads: hkv,
-            head_dim: d,
-        };
-        let at = decode_position(position);
-        let qk_norms = attn.qk_norm.as_ref().map(|(q, k)| (&q.weight, &k.weight));
-        let qk_eps = attn.qk_norm.as_ref().map_or(0.0, |(q, _)| q.eps);
-        let (norm, eps) = (&self.input_layernorm.weight, self.input_layernorm.eps);
-        let scale = 1.0 / (d as f64).sqrt();
-        let len = decode_length(position);
+        let scale = 1.0 / (own.layout.head_dim as f64).sqrt();
         let gate = if self.mlp.gelu {
             Gate::GeluTanh
         } else {
@@ -914,22 +938,29 @@ impl<B: Backend> DecoderLayer<B> {
         };
         let post = &self.post_attention_layernorm;
         if cache.is_joint() {
-            let [q, kv] = decode::norm_qkv_heads_joint(
-                x.clone(),
-                norm,
-                eps,
-                qkv,
-                layout,
-                qk_norms,
-                qk_eps,
-                rope,
-                &at,
-            );
+            let [q, kv] = heads.unwrap_or_else(|| own.heads_joint(x.clone()));
             let kv = cache.write_joint(kv, position);
-            return Ok(decode::attention_mlp(
+            if let Some(next) = next.and_then(|n| n.qkv_step(rope, at)) {
+                let (y, heads) = decode::attention_mlp_qkv(
+                    q,
+                    kv,
+                    len,
+                    scale,
+                    x,
+                    o_proj,
+                    &post.weight,
+                    post.eps,
+                    gate_up,
+                    down_proj,
+                    gate,
+                    &next,
+                );
+                return Ok((y, Some(heads)));
+            }
+            let y = decode::attention_mlp(
                 q,
                 kv,
-                &len,
+                len,
                 scale,
                 x,
                 o_proj,
@@ -938,24 +969,15 @@ impl<B: Backend> DecoderLayer<B> {
                 gate_up,
                 down_proj,
                 gate,
-            ));
+            );
+            return Ok((y, None));
         }
-        let [q, k, v] = decode::norm_qkv_heads(
-            x.clone(),
-            norm,
-            eps,
-            qkv,
-            layout,
-            qk_norms,
-            qk_eps,
-            rope,
-            &at,
-        );
+        let [q, k, v] = own.heads(x.clone());
         let (k, v) = cache.write_whole(k, v, position);
-        let attended = decode::decode_attention(q, k, v, &len, scale, None);
+        let attended = decode::decode_attention(q, k, v, len, scale, None);
         let h = decode::linear_add(attended, o_proj, x);
         let act = decode::norm_gated(h.clone(), &post.weight, post.eps, gate_up, gate);
-        Ok(decode::linear_add(act, down_proj, h))
+        Ok((decode::linear_add(act, down_proj, h), None))
     }
 
     /// [`forward`](Self::forward) for `batch` sequences of `seq` positions from 0 without a
@@ -1551,8 +1573,21 @@ impl<B: Backend> Llm<B> {
             && masks.sliding.is_none()
             && self.layers.iter().all(|l| l.step_parts().is_some());
         if step {
-            for (layer, layer_cache) in self.layers.iter().zip(caches) {
-                x = layer.step(x, layer_cache, &self.rope, position)?;
+            let (at, len) = (decode_position(position), decode_length(position));
+            // With joint caches each block's kernel also makes the next block's heads.
+            let joint = caches.iter().all(LayerCache::is_joint);
+            let mut heads = None;
+            for (i, (layer, layer_cache)) in self.layers.iter().zip(caches).enumerate() {
+                let next = self.layers.get(i + 1).filter(|_| joint);
+                (x, heads) = layer.step(
+                    x,
+                    heads,
+                    next,
+                    layer_cache,
+                    &self.rope,
+                    position,
+                    (&at, &len),
+                )?;
             }
             return self.lm_head.matmul_t(self.norm.forward(x));
         }
