@@ -56,6 +56,50 @@ __device__ __forceinline__ float bm_block_sum(float v, float* shared) {
   for (int w = 0; w < warps; ++w) total += shared[w];
   return total;
 }
+
+// One warp's online softmax over positions first, first + STEP, ... (U at a time) below `hi`:
+// this lane's E query values `qr` (scaled) against the keys at `kb` and the values at `vb`
+// (position t at t·ts, this lane's values es apart). Updates the running maximum `m`, the sum
+// `l` (every lane holds them) and this lane's E weighted value sums `acc`.
+template <typename T, int E, int U, int STEP>
+__device__ __forceinline__ void bm_attend(const float (&qr)[E], const T* kb, const T* vb, long ts,
+                                          long es, int first, int hi, float& m, float& l,
+                                          float (&acc)[E]) {
+  for (int t0 = first; t0 < hi; t0 += STEP) {
+    float s[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      s[u] = 0.f;
+      if (t0 + u < hi) {
+        const T* kp = kb + (t0 + u) * ts;
+#pragma unroll
+        for (int e = 0; e < E; ++e) s[u] += qr[e] * static_cast<float>(kp[e * es]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) s[u] = bm_warp_sum(s[u]);
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (t0 + u < hi) m_new = fmaxf(m_new, s[u]);
+    }
+    const float corr = expf(m - m_new);
+    l *= corr;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] *= corr;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (t0 + u < hi) {
+        const float p = expf(s[u] - m_new);
+        l += p;
+        const T* vp = vb + (t0 + u) * ts;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] += p * static_cast<float>(vp[e * es]);
+      }
+    }
+    m = m_new;
+  }
+}
 "#;
 
 /// `h = x + r` (rounded to `T`), `y = h / sqrt(mean(h²) + eps) · w`: one block per row.
@@ -180,40 +224,8 @@ const DECODE_ATTENTION: &str = r#"
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.f;
-  for (int t0 = start + w * U; t0 < L; t0 += WARPS * U) {
-    float s[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      s[u] = 0.f;
-      if (t0 + u < L) {
-        const T* kp = keys + kbase + (size_t)(t0 + u) * D;
-#pragma unroll
-        for (int e = 0; e < E; ++e) s[u] += qr[e] * static_cast<float>(kp[e]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) s[u] = bm_warp_sum(s[u]);
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (t0 + u < L) m_new = fmaxf(m_new, s[u]);
-    }
-    const float corr = expf(m - m_new);
-    l *= corr;
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] *= corr;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (t0 + u < L) {
-        const float p = expf(s[u] - m_new);
-        l += p;
-        const T* vp = values + vbase + (size_t)(t0 + u) * D;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] += p * static_cast<float>(vp[e]);
-      }
-    }
-    m = m_new;
-  }
+  bm_attend<T, E, U, WARPS * U>(qr, keys + kbase, values + vbase, D, 1, start + w * U, L, m, l,
+                                acc);
   if (lane == 0) {
     s_m[w] = m;
     s_l[w] = l;

@@ -91,6 +91,36 @@ __device__ void bm_stage_shared(const T* src, const T* g, long gs, float eps, T*
   }
   __syncthreads();
 }
+
+// Loads the first CH 16-byte pieces of the C columns at `w` (`cs` apart, values `wk` apart) when
+// they can be read so (bm_vec_cols) and `first` (the warp's first column) is below N: a phase's
+// weights, issued before the barrier ahead of it.
+template <typename T, int K, int C, int CH>
+__device__ __forceinline__ void bm_preload(const T* w, long cs, long wk, long first, long N,
+                                           uint4 (&wv)[C][CH]) {
+  if (first < N && bm_vec_cols<T, K>(w, cs, wk)) bm_load_cols<T, K, C, CH>(w, cs, 0, wv);
+}
+
+// out[n] = T(res[n·rs] + T(xs · w[:, n])) (rounded as linear_add rounds) for the columns
+// n = gw, gw + GW, ... below N of `w` (KK values a column, `wk` apart; columns `wn` apart), one
+// warp each; the first column's weights are in `wv` (bm_preload). With RES_L2 the residual was
+// written by other blocks of the grid.
+template <typename T, int KK, int N, bool RES_L2>
+__device__ void bm_columns_add(const T* w, long wk, long wn, const T* xs, const T* res, long rs,
+                               T* out, uint4 (&wv)[1][8], long gw, long GW) {
+  for (long n = gw; n < N; n += GW) {
+    const T* col = w + n * wn;
+    const bool vec = bm_vec_cols<T, KK>(col, 0, wk);
+    if (vec && n != gw) bm_load_cols<T, KK, 1, 8>(col, 0, 0, wv);
+    float acc[1][1];
+    bm_cols_dot<T, 1, KK, 1, 8>(col, 0, wk, xs, vec, wv, acc);
+    if ((threadIdx.x & 31) == 0) {
+      const float v = static_cast<float>(static_cast<T>(acc[0][0]));
+      const float r = static_cast<float>(RES_L2 ? bm_ldcg(res + n * rs) : res[n * rs]);
+      out[n] = static_cast<T>(r + v);
+    }
+  }
+}
 "#;
 
 /// `y = h + down(act(gate) · up)` with `[gate | up] = rms_norm(h)·Wgu` and
@@ -150,40 +180,7 @@ const ATTENTION_MLP: &str = r#"
       float acc[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[e] = 0.f;
-      for (int t0 = lo + warp * U; t0 < hi; t0 += WARPS * U) {
-        float s[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          s[u] = 0.f;
-          if (t0 + u < hi) {
-            const T* kp = kb + (t0 + u) * ks;
-#pragma unroll
-            for (int e = 0; e < E; ++e) s[u] += qr[e] * static_cast<float>(kp[e * es]);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) s[u] = bm_warp_sum(s[u]);
-        float m_new = m;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (t0 + u < hi) m_new = fmaxf(m_new, s[u]);
-        }
-        const float corr = expf(m - m_new);
-        l *= corr;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] *= corr;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (t0 + u < hi) {
-            const float p = expf(s[u] - m_new);
-            l += p;
-            const T* vp = vb + (t0 + u) * ks;
-#pragma unroll
-            for (int e = 0; e < E; ++e) acc[e] += p * static_cast<float>(vp[e * es]);
-          }
-        }
-        m = m_new;
-      }
+      bm_attend<T, E, U, WARPS * U>(qr, kb, vb, ks, es, lo + warp * U, hi, m, l, acc);
       if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
@@ -213,9 +210,7 @@ const ATTENTION_MLP: &str = r#"
   // Each phase's first weight columns are loaded before the barrier ahead of it (the weights do
   // not depend on what the barrier waits for), so their latency hides the barrier's.
   uint4 wv_o[1][8];
-  if (gw < K && bm_vec_cols<T, KA>(wo + gw * wo_strides[1], 0, wo_strides[0])) {
-    bm_load_cols<T, KA, 1, 8>(wo + gw * wo_strides[1], 0, 0, wv_o);
-  }
+  bm_preload<T, KA, 1, 8>(wo + gw * wo_strides[1], 0, wo_strides[0], gw, K, wv_o);
   bm_grid_sync(bar);
 
   // The heads' outputs (every block combines the splits itself), then h = x + out·Wo.
@@ -249,23 +244,11 @@ const ATTENTION_MLP: &str = r#"
     xs[idx] = static_cast<T>(num / s_hd[h]);
   }
   __syncthreads();
-  for (long n = gw; n < K; n += GW) {
-    const T* col = wo + n * wo_strides[1];
-    const bool vec = bm_vec_cols<T, KA>(col, 0, wo_strides[0]);
-    if (vec && n != gw) bm_load_cols<T, KA, 1, 8>(col, 0, 0, wv_o);
-    float acc[1][1];
-    bm_cols_dot<T, 1, KA, 1, 8>(col, 0, wo_strides[0], xs, vec, wv_o, acc);
-    if (lane == 0) {
-      const float v = static_cast<float>(static_cast<T>(acc[0][0]));
-      const float r = static_cast<float>(x[n * x_strides[1]]);
-      hbuf[n] = static_cast<T>(r + v);
-    }
-  }
+  bm_columns_add<T, KA, K, false>(wo, wo_strides[0], wo_strides[1], xs, x, x_strides[1], hbuf,
+                                  wv_o, gw, GW);
   const long gu_cs = (long)I * wgu_strides[1];
   uint4 wv_gu[2][4];
-  if (gw < I && bm_vec_cols<T, K>(wgu + gw * wgu_strides[1], gu_cs, wgu_strides[0])) {
-    bm_load_cols<T, K, 2, 4>(wgu + gw * wgu_strides[1], gu_cs, 0, wv_gu);
-  }
+  bm_preload<T, K, 2, 4>(wgu + gw * wgu_strides[1], gu_cs, wgu_strides[0], gw, I, wv_gu);
   bm_grid_sync(bar);
 
   // act = act(gate) · up of rms_norm(h)·Wgu.
@@ -289,24 +272,12 @@ const ATTENTION_MLP: &str = r#"
     }
   }
   uint4 wv_d[1][8];
-  if (gw < K && bm_vec_cols<T, I>(wd + gw * wd_strides[1], 0, wd_strides[0])) {
-    bm_load_cols<T, I, 1, 8>(wd + gw * wd_strides[1], 0, 0, wv_d);
-  }
+  bm_preload<T, I, 1, 8>(wd + gw * wd_strides[1], 0, wd_strides[0], gw, K, wv_d);
   bm_grid_sync(bar);
 
   // y = h + act·Wd.
   bm_stage_shared<T, I, false>(abuf, g, 0, 0.f, xs, red);
-  for (long n = gw; n < K; n += GW) {
-    const T* col = wd + n * wd_strides[1];
-    const bool vec = bm_vec_cols<T, I>(col, 0, wd_strides[0]);
-    if (vec && n != gw) bm_load_cols<T, I, 1, 8>(col, 0, 0, wv_d);
-    float acc[1][1];
-    bm_cols_dot<T, 1, I, 1, 8>(col, 0, wd_strides[0], xs, vec, wv_d, acc);
-    if (lane == 0) {
-      const float v = static_cast<float>(static_cast<T>(acc[0][0]));
-      y[n] = static_cast<T>(static_cast<float>(bm_ldcg(hbuf + n)) + v);
-    }
-  }
+  bm_columns_add<T, I, K, true>(wd, wd_strides[0], wd_strides[1], xs, hbuf, 1, y, wv_d, gw, GW);
 "#;
 
 /// Appended to [`ATTENTION_MLP`] by [`attention_mlp_qkv`]: the next block's query, key and value
@@ -327,9 +298,7 @@ const NEXT_QKV: &str = r#"
     const long ws = wqkv_strides[1];
     const long first = gw * C;
     uint4 wv[C][CH];
-    if (first < N && bm_vec_cols<T, K>(wqkv + first * ws, ws, wqkv_strides[0])) {
-      bm_load_cols<T, K, C, CH>(wqkv + first * ws, ws, 0, wv);
-    }
+    bm_preload<T, K, C, CH>(wqkv + first * ws, ws, wqkv_strides[0], first, N, wv);
     bm_grid_sync(bar);
     bm_stage_shared<T, K, true>(y, g2, g2_strides[0], __int_as_float(EPS2), xs, red);
     for (long n = first; n < N; n += GW * C) {
