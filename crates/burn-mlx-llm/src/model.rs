@@ -660,6 +660,10 @@ fn decode_position<B: Backend>(position: &Position<B>) -> At<B> {
     }
 }
 
+/// A block's query heads and its keys and values side by side (`[batch, heads, 1, head_dim]`,
+/// `[batch, 2·kv_heads, 1, head_dim]`), as [`decode::NormQkv::heads_joint`] makes them.
+type Heads<B> = [Tensor<B, 4>; 2];
+
 /// The number of cached positions a decode step (one position at `position`) attends over.
 fn decode_length<B: Backend>(position: &Position<B>) -> At<B> {
     match position {
@@ -916,13 +920,13 @@ impl<B: Backend> DecoderLayer<B> {
     fn step(
         &self,
         x: Tensor<B, 2>,
-        heads: Option<[Tensor<B, 4>; 2]>,
+        heads: Option<Heads<B>>,
         next: Option<&DecoderLayer<B>>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
         (at, len): (&At<B>, &At<B>),
-    ) -> Result<(Tensor<B, 2>, Option<[Tensor<B, 4>; 2]>)> {
+    ) -> Result<(Tensor<B, 2>, Option<Heads<B>>)> {
         let (Some([_, o_proj, gate_up, down_proj]), Some(own)) =
             (self.step_parts(), self.qkv_step(rope, at))
         else {
