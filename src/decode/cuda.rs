@@ -15,9 +15,11 @@ pub(super) const COUNTERS: usize = 1024;
 
 /// The thread's kernel counters: `u64`s on the GPU that kernels increment in place, each launch
 /// by the same amount whatever its shape, so a launch finds each a multiple of that amount and
-/// needs no zeroed memory. Entry 0 is `attention_mlp`'s grid barrier (three times the grid's size,
-/// one block per multiprocessor, a launch); entries from 8 count the finished parts of each head
-/// of `norm_qkv_heads` (64 a launch, shared among the head's parts). 8 KiB: MLX serves arrays of 8 bytes or less
+/// needs no zeroed memory. Entry 0 is `attention_mlp`'s grid barrier (the grid's size per barrier,
+/// one block per multiprocessor); entries from 8 count the finished parts of each head
+/// of `norm_qkv_heads` (64 a launch, shared among the head's parts); entries from 512 count the
+/// next block's heads of `attention_mlp_qkv` (the head size a launch, topped up to a multiple of
+/// 1,024 by the warp that finishes the head). 8 KiB: MLX serves arrays of 8 bytes or less
 /// from managed memory advised as read-mostly, where each atomic update would move the page.
 pub(super) fn counters() -> Result<Array, MlxError> {
     thread_local! {
