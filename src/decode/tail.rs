@@ -685,30 +685,17 @@ pub fn attention_mlp<B: Backend>(
     down: Dense<B>,
     gate: Gate,
 ) -> Tensor<B, 2> {
-    let block = Block {
-        q,
-        kv,
-        len,
-        scale,
-        x,
-        o_proj,
-        norm,
-        eps,
-        gate_up,
-        down,
-        gate,
-    };
-    match block.fused(None) {
-        Ok(mut out) => float_from_mlx(out.remove(0)),
-        Err(block) => block.composed(),
-    }
+    let (y, _) = attention_mlp_qkv(
+        q, kv, len, scale, x, o_proj, norm, eps, gate_up, down, gate, None,
+    );
+    y
 }
 
-/// [`attention_mlp`] followed by the next block's QKV step on its output: returns the block's
-/// output `y` and `next.heads_joint(y)` (the next block's `[queries, keys and values]`, see
-/// [`NormQkv`]). On MLX's CUDA device, where [`attention_mlp`] is one kernel and the next block
-/// has the same heads, the QKV step runs inside that kernel after a fourth barrier, so a decoder
-/// block's decode step is one kernel and the cache write.
+/// [`attention_mlp`], and with `next` the next block's QKV step on its output: returns the
+/// block's output `y` and, with `next`, `next.heads_joint(y)` (the next block's `[queries, keys
+/// and values]`, see [`NormQkv`]). On MLX's CUDA device, where [`attention_mlp`] is one kernel and
+/// the next block has the same heads, the QKV step runs inside that kernel after a fourth
+/// barrier, so a decoder block's decode step is one kernel and the cache write.
 ///
 /// # Panics
 ///
@@ -726,9 +713,11 @@ pub fn attention_mlp_qkv<B: Backend>(
     gate_up: Dense<B>,
     down: Dense<B>,
     gate: Gate,
-    next: &NormQkv<B>,
-) -> (Tensor<B, 2>, [Tensor<B, 4>; 2]) {
-    next.check("attention_mlp_qkv", &x);
+    next: Option<&NormQkv<B>>,
+) -> (Tensor<B, 2>, Option<[Tensor<B, 4>; 2]>) {
+    if let Some(n) = next {
+        n.check("attention_mlp_qkv", &x);
+    }
     let block = Block {
         q,
         kv,
@@ -742,16 +731,19 @@ pub fn attention_mlp_qkv<B: Backend>(
         down,
         gate,
     };
-    match block.fused(Some(next)) {
+    match block.fused(next) {
         Ok(out) => {
             let mut out = out.into_iter();
-            let mut take = || out.next().expect("three outputs");
-            let y = float_from_mlx(take());
-            (y, [float_from_mlx(take()), float_from_mlx(take())])
+            let y = float_from_mlx(out.next().expect("the block's output"));
+            let heads = next.map(|_| {
+                let mut take = || float_from_mlx(out.next().expect("the next block's heads"));
+                [take(), take()]
+            });
+            (y, heads)
         }
         Err(block) => {
             let y = block.composed();
-            let heads = next.heads_joint(y.clone());
+            let heads = next.map(|n| n.heads_joint(y.clone()));
             (y, heads)
         }
     }

@@ -944,24 +944,8 @@ impl<B: Backend> DecoderLayer<B> {
         if cache.is_joint() {
             let [q, kv] = heads.unwrap_or_else(|| own.heads_joint(x.clone()));
             let kv = cache.write_joint(kv, position);
-            if let Some(next) = next.and_then(|n| n.qkv_step(rope, at)) {
-                let (y, heads) = decode::attention_mlp_qkv(
-                    q,
-                    kv,
-                    len,
-                    scale,
-                    x,
-                    o_proj,
-                    &post.weight,
-                    post.eps,
-                    gate_up,
-                    down_proj,
-                    gate,
-                    &next,
-                );
-                return Ok((y, Some(heads)));
-            }
-            let y = decode::attention_mlp(
+            let next = next.and_then(|n| n.qkv_step(rope, at));
+            return Ok(decode::attention_mlp_qkv(
                 q,
                 kv,
                 len,
@@ -973,8 +957,8 @@ impl<B: Backend> DecoderLayer<B> {
                 gate_up,
                 down_proj,
                 gate,
-            );
-            return Ok((y, None));
+                next.as_ref(),
+            ));
         }
         let [q, k, v] = own.heads(x.clone());
         let (k, v) = cache.write_whole(k, v, position);
