@@ -529,18 +529,46 @@ fn joint_attention_ref(q: Tensor<R, 4>, kv: Tensor<R, 4>, len: usize, scale: f64
     softmax(scores, 3).matmul(v).reshape([1, hq * d])
 }
 
+/// A tensor on the test device and its burn-ndarray copy.
+type Pair<const D: usize> = (Tensor<Mlx, D>, Tensor<R, D>);
+
+/// `attention_mlp`'s inputs for one of [`TAIL_CASES`] (a 2,048-position cache), from seeds
+/// `seed..seed + 7`.
+struct TailInputs {
+    q: Pair<4>,
+    kv: Pair<4>,
+    x: Pair<2>,
+    wo: Pair<2>,
+    g: Pair<1>,
+    wgu: Pair<2>,
+    wd: Pair<2>,
+}
+
+fn tail_inputs(dtype: DType, [d, hq, hkv, hidden, width]: [usize; 5], seed: u64) -> TailInputs {
+    TailInputs {
+        q: pair([1, hq, 1, d], seed, dtype, 1.0),
+        kv: pair([1, 2 * hkv, 2048, d], seed + 1, dtype, 1.0),
+        x: pair([1, hidden], seed + 2, dtype, 2.0),
+        wo: weight_pair([hq * d, hidden], seed + 3, dtype, true),
+        g: pair([hidden], seed + 4, dtype, 1.5),
+        wgu: weight_pair([hidden, 2 * width], seed + 5, dtype, true),
+        wd: weight_pair([width, hidden], seed + 6, dtype, true),
+    }
+}
+
 #[test]
 fn attention_mlp_matches_the_composed_ops() {
     for (di, d, hq, hkv, hidden, width) in TAIL_CASES {
         let (dtype, tol) = DTYPES[di];
-        let cap = 2048;
-        let (q, q_r) = pair([1, hq, 1, d], 21, dtype, 1.0);
-        let (kv, kv_r) = pair([1, 2 * hkv, cap, d], 22, dtype, 1.0);
-        let (x, x_r) = pair([1, hidden], 23, dtype, 2.0);
-        let (wo, wo_r) = weight_pair([hq * d, hidden], 24, dtype, true);
-        let (g, g_r) = pair([hidden], 25, dtype, 1.5);
-        let (wgu, wgu_r) = weight_pair([hidden, 2 * width], 26, dtype, true);
-        let (wd, wd_r) = weight_pair([width, hidden], 27, dtype, true);
+        let TailInputs {
+            q: (q, q_r),
+            kv: (kv, kv_r),
+            x: (x, x_r),
+            wo: (wo, wo_r),
+            g: (g, g_r),
+            wgu: (wgu, wgu_r),
+            wd: (wd, wd_r),
+        } = tail_inputs(dtype, [d, hq, hkv, hidden, width], 21);
         let dense = |w| decode::Dense {
             weight: w,
             bias: None,
@@ -605,14 +633,15 @@ fn attention_mlp_matches_the_composed_ops() {
 fn attention_mlp_qkv_matches_the_composed_ops() {
     for (di, d, hq, hkv, hidden, width) in TAIL_CASES {
         let (dtype, tol) = DTYPES[di];
-        let cap = 2048;
-        let (q, _) = pair([1, hq, 1, d], 31, dtype, 1.0);
-        let (kv, _) = pair([1, 2 * hkv, cap, d], 32, dtype, 1.0);
-        let (x, _) = pair([1, hidden], 33, dtype, 2.0);
-        let (wo, _) = weight_pair([hq * d, hidden], 34, dtype, true);
-        let (g, _) = pair([hidden], 35, dtype, 1.5);
-        let (wgu, _) = weight_pair([hidden, 2 * width], 36, dtype, true);
-        let (wd, _) = weight_pair([width, hidden], 37, dtype, true);
+        let TailInputs {
+            q: (q, _),
+            kv: (kv, _),
+            x: (x, _),
+            wo: (wo, _),
+            g: (g, _),
+            wgu: (wgu, _),
+            wd: (wd, _),
+        } = tail_inputs(dtype, [d, hq, hkv, hidden, width], 31);
         let layout = QkvLayout {
             heads: hq,
             kv_heads: hkv,
