@@ -912,8 +912,8 @@ impl<B: Backend> DecoderLayer<B> {
     /// `[queries, keys and values]`. `heads` are this block's, when the previous block made them.
     /// Each projection carries its neighbours ([`decode::norm_qkv_heads_joint`],
     /// [`decode::linear_add`], [`decode::norm_gated`]); with a joint cache everything after the
-    /// cache write is [`decode::attention_mlp`], or [`decode::attention_mlp_qkv`] with the next
-    /// block's QKV step, so on CUDA the block is one kernel and the cache write.
+    /// cache write is [`decode::attention_mlp_qkv`] (with the next block's QKV step where there is
+    /// a next block), so on CUDA the block is one kernel and the cache write.
     ///
     /// Only for a block that [`step_parts`](Self::step_parts) accepts.
     #[allow(clippy::too_many_arguments)]
