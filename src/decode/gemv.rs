@@ -337,8 +337,8 @@ const NORM_GATED: &str = r#"
 /// columns with `WARPS` warps of up to 8 columns at a time (their first loads issued before
 /// staging). With `P > 1` the parts meet in `raw` (`[R, HQ + 2·HKV, D]`, f32) and the last
 /// part of a head to finish (counted in `counts`, see [`super::cuda::counters`]: each launch adds
-/// `TICKS` to a head's count, whatever its `P`) takes the whole head on: a query or key head is normalized with `qw`/`kw` (when `NORM`) and rotated,
-/// as [`super::cuda`]'s `QKV_NORM_ROPE` does. Writes `q` `[R, HQ, 1, D]` and keys and values as
+/// `TICKS` to a head's count, whatever its `P`) takes the whole head on: a query or key head is
+/// normalized with `qw`/`kw` (when `NORM`) and rotated, as [`super::cuda`]'s `QKV_NORM_ROPE` does. Writes `q` `[R, HQ, 1, D]` and keys and values as
 /// `K_OUT`/`V_OUT` say (one `kv` buffer or two).
 const NORM_QKV_HEADS: &str = r#"
   constexpr int COLS = D / P;
@@ -438,6 +438,7 @@ fn qkv_parts(heads: usize, d: usize, warps: usize) -> usize {
     let Some(sms) = kernel::multiprocessors() else {
         return 1;
     };
+    // Its counts are entries 8.. of the lower half; `attention_mlp_qkv` counts in the upper half.
     if heads + 8 > COUNTERS / 2 {
         return 1;
     }

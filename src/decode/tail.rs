@@ -285,7 +285,7 @@ const ATTENTION_MLP: &str = r#"
 /// Appended to [`ATTENTION_MLP`] by [`attention_mlp_qkv`]: the next block's query, key and value
 /// heads from `y`, as `norm_qkv_heads_joint` makes them (`rms_norm(y)·Wqkv (+ bias)`, each
 /// query/key head normalized with `qw`/`kw` when `NORM` and rotated at `pos[0]`), into `q2`
-/// (`[1, HQ, 1, D]`) and `kv2` (`[1, 2·HKV, 1, D]`). Each warp takes four columns at a time and
+/// (`[1, HQ, 1, D]`) and `kv2` (`[1, 2·HKV, 1, D]`). Each warp takes two columns at a time and
 /// publishes them to `raw`; a head's count (in `sync` from `HEAD_COUNTS`) grows by `D` a launch,
 /// and the warp that finishes a head's last columns tops the count up to the next multiple of
 /// `ROUND` and writes the head.
@@ -447,70 +447,51 @@ fn launch(
     let block = [(WARPS * 32) as i32, 1, 1];
     static JOINED: OnceLock<String> = OnceLock::new();
     let header = JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}{TAIL_HEADER}"));
-    let base = [a.q, a.kv, a.len, a.x, a.wo, a.norm, a.wgu, a.wd, &counter];
-    let Some(n) = next else {
-        return kernel::with_strided_kernel(
-            "burn_mlx_attention_mlp",
-            &["q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync"],
-            &["y", "work"],
-            || ATTENTION_MLP.to_string(),
-            header,
-            |k: &CudaKernel| {
-                k.apply(
-                    &base,
-                    &[(&y_shape, dtype), (&work_shape, Dtype::Float32)],
-                    &targs,
-                    grid,
-                    block,
-                )
-            },
-        )
-        .map(|mut out| {
-            out.truncate(1);
-            out
-        });
-    };
-    // Without a bias or norms their arrays are not read: the weight and the frequencies stand
-    // in for them.
-    let bias = n.bias.as_ref().unwrap_or(&n.w);
-    let (qw, kw) = n.qk.as_ref().map_or((&n.freqs, &n.freqs), |(q, k)| (q, k));
-    targs.extend([
-        TemplateArg::Int("EPS2", n.eps.to_bits() as i32),
-        TemplateArg::Int("QK_EPS", n.qk_eps.to_bits() as i32),
-        TemplateArg::Int("NORM", n.qk.is_some() as i32),
-        TemplateArg::Int("BIAS", n.bias.is_some() as i32),
-        TemplateArg::Int("HEAD_COUNTS", HEAD_COUNTS as i32),
-    ]);
+    let mut names = vec!["q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync"];
+    let mut inputs = vec![a.q, a.kv, a.len, a.x, a.wo, a.norm, a.wgu, a.wd, &counter];
+    let mut outputs: Vec<(&[i32], Dtype)> = vec![(&y_shape, dtype)];
+    let mut output_names = vec!["y"];
     let q_shape = dims_i32(&[1, s.hq, 1, s.d]);
     let kv_shape = dims_i32(&[1, 2 * s.hkv, 1, s.d]);
-    let mut inputs = base.to_vec();
-    inputs.extend([&n.norm, &n.w, bias, qw, kw, &n.freqs, &n.pos]);
+    if let Some(n) = next {
+        // Without a bias or norms their arrays are not read: the weight and the frequencies
+        // stand in for them.
+        let bias = n.bias.as_ref().unwrap_or(&n.w);
+        let (qw, kw) = n.qk.as_ref().map_or((&n.freqs, &n.freqs), |(q, k)| (q, k));
+        names.extend(["g2", "wqkv", "bias2", "qw", "kw", "freqs", "pos"]);
+        inputs.extend([&n.norm, &n.w, bias, qw, kw, &n.freqs, &n.pos]);
+        outputs.extend([(&q_shape[..], dtype), (&kv_shape[..], dtype)]);
+        output_names.extend(["q2", "kv2"]);
+        targs.extend([
+            TemplateArg::Int("EPS2", n.eps.to_bits() as i32),
+            TemplateArg::Int("QK_EPS", n.qk_eps.to_bits() as i32),
+            TemplateArg::Int("NORM", n.qk.is_some() as i32),
+            TemplateArg::Int("BIAS", n.bias.is_some() as i32),
+            TemplateArg::Int("HEAD_COUNTS", HEAD_COUNTS as i32),
+        ]);
+    }
+    outputs.push((&work_shape, Dtype::Float32));
+    output_names.push("work");
+    let name = match next {
+        None => "burn_mlx_attention_mlp",
+        Some(_) => "burn_mlx_attention_mlp_qkv",
+    };
+    // The source is read only on the kernel's first use in the process.
+    let source = || match next {
+        None => ATTENTION_MLP.to_string(),
+        Some(_) => format!("{ATTENTION_MLP}{NEXT_QKV}"),
+    };
     kernel::with_strided_kernel(
-        "burn_mlx_attention_mlp_qkv",
-        &[
-            "q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync", "g2", "wqkv", "bias2", "qw",
-            "kw", "freqs", "pos",
-        ],
-        &["y", "q2", "kv2", "work"],
-        || format!("{ATTENTION_MLP}{NEXT_QKV}"),
+        name,
+        &names,
+        &output_names,
+        source,
         header,
-        |k: &CudaKernel| {
-            k.apply(
-                &inputs,
-                &[
-                    (&y_shape, dtype),
-                    (&q_shape, dtype),
-                    (&kv_shape, dtype),
-                    (&work_shape, Dtype::Float32),
-                ],
-                &targs,
-                grid,
-                block,
-            )
-        },
+        |k: &CudaKernel| k.apply(&inputs, &outputs, &targs, grid, block),
     )
     .map(|mut out| {
-        out.truncate(3);
+        // `work` is scratch.
+        out.pop();
         out
     })
 }
