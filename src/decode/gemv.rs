@@ -111,19 +111,91 @@ __device__ void bm_stage_rows(const T* x, long xs0, long xs1, const T* g, long g
   __syncthreads();
 }
 
-// Whether C weight columns from `w` (`cs` apart, each K values `wk` apart) can be read 16 bytes
-// per load: contiguous and aligned.
+// Whether C dense weight columns from `w` (`cs` apart, each K values `wk` apart) can be read 16
+// bytes per load: contiguous and aligned.
 template <typename T, int K>
 __device__ __forceinline__ bool bm_vec_cols(const T* w, long cs, long wk) {
   constexpr int V = 16 / sizeof(T);
   return wk == 1 && K % V == 0 && cs % V == 0 && (reinterpret_cast<size_t>(w) & 15) == 0;
 }
 
-// Loads the 16-byte pieces i0 .. i0 + CH of C contiguous columns (piece i of a column holds,
-// for this lane, values i*32*V + lane*V .. + V).
-template <typename T, int K, int C, int CH>
-__device__ __forceinline__ void bm_load_cols(const T* w, long cs, int i0, uint4 (&wv)[C][CH]) {
-  constexpr int V = 16 / sizeof(T);
+// A weight matrix read a column at a time: column n holds the K values that multiply an input
+// row. Dense (Q = 0): value k of column n is w[n*wn + k*wk], a T. Quantized (Q = 4 or 8, MLX's
+// affine format): column n's values are packed Q bits each, lowest bits first, into K*Q/32 u32
+// words from word n*wn, and value k is s*u + b, with u its bits and s, b the scale and bias of its
+// group of GS values, at s[n*gn + k/GS] and b[n*gn + k/GS].
+template <typename T, int Q, int GS>
+struct bm_mat {
+  const void* w;
+  long wn, wk;
+  const T* s;
+  const T* b;
+  long gn;
+};
+
+// A kernel's weight input `w` (strides `ws`) as a bm_mat of columns of K values: dense, Burn's
+// [K, N] view (values ws[0] apart, columns ws[1]); quantized, MLX's packed [N, K*Q/32] words
+// (rows ws[0] apart) with row-contiguous scales `s` and biases `b`, [N, K/GS].
+template <typename T, int Q, int GS, int K, typename P, typename S>
+__device__ __forceinline__ bm_mat<T, Q, GS> bm_mat_of(const P* w, const S& ws, const T* s,
+                                                      const T* b) {
+  bm_mat<T, Q, GS> m;
+  m.w = w;
+  m.s = s;
+  m.b = b;
+  if (Q == 0) {
+    m.wn = ws[1];
+    m.wk = ws[0];
+    m.gn = 0;
+  } else {
+    m.wn = ws[0];
+    m.wk = 1;
+    m.gn = K / GS;
+  }
+  return m;
+}
+
+// Values in one 16-byte piece of a column: 16 bytes of T, or of packed Q-bit values.
+template <typename T, int Q>
+struct bm_piece {
+  static constexpr int V = Q == 0 ? 16 / (int)sizeof(T) : 128 / (Q == 0 ? 32 : Q);
+};
+
+// Whether columns n, n + dc, ... of `m` can be read a 16-byte piece per load: contiguous and
+// aligned (packed words always are contiguous within a column).
+template <typename T, int Q, int GS, int K>
+__device__ __forceinline__ bool bm_mat_vec(const bm_mat<T, Q, GS>& m, long n, long dc) {
+  if (Q == 0) return bm_vec_cols<T, K>(static_cast<const T*>(m.w) + n * m.wn, dc * m.wn, m.wk);
+  const uint32_t* p = static_cast<const uint32_t*>(m.w) + n * m.wn;
+  return K % GS == 0 && m.wn % 4 == 0 && (reinterpret_cast<size_t>(p) & 15) == 0;
+}
+
+// The 16-byte piece of column `col` that starts at value k (k a multiple of bm_piece's V).
+template <typename T, int Q, int GS>
+__device__ __forceinline__ const uint4* bm_mat_piece(const bm_mat<T, Q, GS>& m, long col, long k) {
+  constexpr int QB = Q == 0 ? 32 : Q;
+  if (Q == 0) return reinterpret_cast<const uint4*>(static_cast<const T*>(m.w) + col * m.wn + k);
+  return reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(m.w) + col * m.wn +
+                                        k * QB / 32);
+}
+
+// Value k of column `col`, one at a time (the path for weights bm_mat_vec rejects).
+template <typename T, int Q, int GS>
+__device__ __forceinline__ float bm_mat_at(const bm_mat<T, Q, GS>& m, long col, long k) {
+  constexpr int QB = Q == 0 ? 32 : Q;
+  if (Q == 0) return static_cast<float>(static_cast<const T*>(m.w)[col * m.wn + k * m.wk]);
+  const uint32_t word = static_cast<const uint32_t*>(m.w)[col * m.wn + k * QB / 32];
+  const uint32_t u = (word >> ((k % (32 / QB)) * QB)) & ((1u << (QB % 32)) - 1u);
+  const long gi = col * m.gn + k / GS;
+  return static_cast<float>(m.s[gi]) * static_cast<float>(u) + static_cast<float>(m.b[gi]);
+}
+
+// Loads the 16-byte pieces i0 .. i0 + CH of columns n, n + dc, ... (C of them) of `m`; piece i
+// of a column holds, for this lane, values i*32*V + lane*V .. + V.
+template <typename T, int Q, int GS, int K, int C, int CH>
+__device__ __forceinline__ void bm_mat_load(const bm_mat<T, Q, GS>& m, long n, long dc, int i0,
+                                            uint4 (&wv)[C][CH]) {
+  constexpr int V = bm_piece<T, Q>::V;
   constexpr int STEP = 32 * V;
   constexpr int ITERS = K / STEP;
   const int lane = threadIdx.x & 31;
@@ -131,21 +203,81 @@ __device__ __forceinline__ void bm_load_cols(const T* w, long cs, int i0, uint4 
   for (int c = 0; c < C; ++c) {
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-      if (i0 + i < ITERS) {
-        wv[c][i] = *reinterpret_cast<const uint4*>(w + c * cs + (i0 + i) * STEP + lane * V);
-      }
+      if (i0 + i < ITERS) wv[c][i] = *bm_mat_piece(m, n + c * dc, (long)(i0 + i) * STEP + lane * V);
     }
   }
 }
 
-// acc[c][r] = sum over k of xs[r][k] * w[c * cs + k * wk]: C weight columns against R staged
-// rows, by one warp; every lane gets the sums. With `vec` (see bm_vec_cols) the columns are read
-// CH pieces at a time, the first CH already in `wv` (loaded by the caller before staging, so that
-// the weights' latency hides the staging's); otherwise element by element.
-template <typename T, int R, int K, int C, int CH>
-__device__ void bm_cols_dot(const T* w, long cs, long wk, const T* xs, bool vec,
-                            uint4 (&wv)[C][CH], float (&acc)[C][R]) {
-  constexpr int V = 16 / sizeof(T);
+// acc[c][r] += the pieces p[c] (values k0 .. k0 + V of columns n + c*dc) times row r of `xs`
+// ([R][K]) there. A quantized piece's sum is s * sum(x*u) + b * sum(x): its V values share one
+// group (V divides GS).
+template <typename T, int Q, int GS, int R, int K, int C>
+__device__ __forceinline__ void bm_piece_acc(const bm_mat<T, Q, GS>& m, long n, long dc, long k0,
+                                             const uint4 (&p)[C], const T* xs,
+                                             float (&acc)[C][R]) {
+  constexpr int VT = 16 / sizeof(T);
+  if (Q == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 xv = *reinterpret_cast<const uint4*>(xs + r * K + k0);
+      const T* xe = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const T* we = reinterpret_cast<const T*>(&p[c]);
+#pragma unroll
+        for (int j = 0; j < VT; ++j) {
+          acc[c][r] += static_cast<float>(we[j]) * static_cast<float>(xe[j]);
+        }
+      }
+    }
+    return;
+  }
+  constexpr int QB = Q == 0 ? 32 : Q;
+  constexpr int V = 128 / QB;
+  constexpr int PER = 32 / QB;
+  constexpr uint32_t MASK = (1u << (QB % 32)) - 1u;
+  float sc[C], bc[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const long gi = (n + c * dc) * m.gn + k0 / GS;
+    sc[c] = static_cast<float>(m.s[gi]);
+    bc[c] = static_cast<float>(m.b[gi]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float sx = 0.f;
+    float d[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) d[c] = 0.f;
+#pragma unroll
+    for (int h = 0; h < V / VT; ++h) {
+      const uint4 xv = *reinterpret_cast<const uint4*>(xs + r * K + k0 + h * VT);
+      const T* xe = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+      for (int j = 0; j < VT; ++j) {
+        const int kk = h * VT + j;
+        const float f = static_cast<float>(xe[j]);
+        sx += f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          const uint32_t word = reinterpret_cast<const uint32_t*>(&p[c])[kk / PER];
+          d[c] += f * static_cast<float>((word >> ((kk % PER) * QB)) & MASK);
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[c][r] += sc[c] * d[c] + bc[c] * sx;
+  }
+}
+
+// acc[c][r] = sum over k of xs[r][k] * (value k of column n + c*dc of `m`): C columns against R
+// staged rows, by one warp; every lane gets the sums. With `vec` (see bm_mat_vec) the columns
+// are read CH pieces at a time, the first CH already in `wv` (loaded by the caller before
+// staging, so that the weights' latency hides the staging's); otherwise value by value.
+template <typename T, int Q, int GS, int R, int K, int C, int CH>
+__device__ void bm_mat_dot(const bm_mat<T, Q, GS>& m, long n, long dc, const T* xs, bool vec,
+                           uint4 (&wv)[C][CH], float (&acc)[C][R]) {
+  constexpr int V = bm_piece<T, Q>::V;
   constexpr int STEP = 32 * V;
   constexpr int ITERS = K / STEP;
   const int lane = threadIdx.x & 31;
@@ -156,48 +288,30 @@ __device__ void bm_cols_dot(const T* w, long cs, long wk, const T* xs, bool vec,
   }
   if (vec) {
     for (int i0 = 0; i0 < ITERS; i0 += CH) {
-      if (i0 > 0) bm_load_cols<T, K, C, CH>(w, cs, i0, wv);
+      if (i0 > 0) bm_mat_load<T, Q, GS, K, C, CH>(m, n, dc, i0, wv);
 #pragma unroll
       for (int i = 0; i < CH; ++i) {
         if (i0 + i < ITERS) {
-          const int k0 = (i0 + i) * STEP + lane * V;
+          uint4 p[C];
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const uint4 xv = *reinterpret_cast<const uint4*>(xs + r * K + k0);
-            const T* xe = reinterpret_cast<const T*>(&xv);
-#pragma unroll
-            for (int c = 0; c < C; ++c) {
-              const T* we = reinterpret_cast<const T*>(&wv[c][i]);
-#pragma unroll
-              for (int j = 0; j < V; ++j) {
-                acc[c][r] += static_cast<float>(we[j]) * static_cast<float>(xe[j]);
-              }
-            }
-          }
+          for (int c = 0; c < C; ++c) p[c] = wv[c][i];
+          bm_piece_acc<T, Q, GS, R, K, C>(m, n, dc, (long)(i0 + i) * STEP + lane * V, p, xs, acc);
         }
       }
     }
-    // The last K % STEP values: one 16-byte load for the lanes that have one.
-    const int k0 = ITERS * STEP + lane * V;
+    // The last K % STEP values: one piece for the lanes that have one.
+    const long k0 = (long)ITERS * STEP + lane * V;
     if (k0 < K) {
+      uint4 p[C];
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const uint4 t = *reinterpret_cast<const uint4*>(w + c * cs + k0);
-        const T* we = reinterpret_cast<const T*>(&t);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            acc[c][r] += static_cast<float>(we[j]) * static_cast<float>(xs[r * K + k0 + j]);
-          }
-        }
-      }
+      for (int c = 0; c < C; ++c) p[c] = *bm_mat_piece(m, n + c * dc, k0);
+      bm_piece_acc<T, Q, GS, R, K, C>(m, n, dc, k0, p, xs, acc);
     }
   } else {
     for (int k = lane; k < K; k += 32) {
 #pragma unroll
       for (int c = 0; c < C; ++c) {
-        const float t = static_cast<float>(w[c * cs + k * wk]);
+        const float t = bm_mat_at(m, n + c * dc, k);
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[c][r] += t * static_cast<float>(xs[r * K + k]);
       }
@@ -279,14 +393,15 @@ const LINEAR_ADD: &str = r#"
   const int lane = threadIdx.x & 31;
   const long n = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const bool live = n < N;
-  const T* col = w + (live ? n : 0) * w_strides[1];
-  const bool vec = bm_vec_cols<T, K>(col, 0, w_strides[0]);
+  const long col = live ? n : 0;
+  const auto m = bm_mat_of<T, Q, GS, K>(w, w_strides, w_scales, w_biases);
+  const bool vec = bm_mat_vec<T, Q, GS, K>(m, col, 0);
   uint4 wv[1][CH];
-  if (live && vec) bm_load_cols<T, K, 1, CH>(col, 0, 0, wv);
+  if (live && vec) bm_mat_load<T, Q, GS, K, 1, CH>(m, col, 0, 0, wv);
   bm_stage_rows<T, R, K, false, 256>(x, x_strides[0], x_strides[1], x, 0, 0.f, xs, red);
   if (!live) return;
   float acc[1][R];
-  bm_cols_dot<T, R, K, 1, CH>(col, 0, w_strides[0], xs, vec, wv, acc);
+  bm_mat_dot<T, Q, GS, R, K, 1, CH>(m, col, 0, xs, vec, wv, acc);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -306,16 +421,16 @@ const NORM_GATED: &str = r#"
   const int lane = threadIdx.x & 31;
   const long j = (long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const bool live = j < I;
-  const T* col = w + (live ? j : 0) * w_strides[1];
-  const long cs = I * w_strides[1];
-  const bool vec = bm_vec_cols<T, K>(col, cs, w_strides[0]);
+  const long col = live ? j : 0;
+  const auto m = bm_mat_of<T, Q, GS, K>(w, w_strides, w_scales, w_biases);
+  const bool vec = bm_mat_vec<T, Q, GS, K>(m, col, I);
   uint4 wv[2][CH];
-  if (live && vec) bm_load_cols<T, K, 2, CH>(col, cs, 0, wv);
+  if (live && vec) bm_mat_load<T, Q, GS, K, 2, CH>(m, col, I, 0, wv);
   bm_stage_rows<T, R, K, true, 256>(x, x_strides[0], x_strides[1], g, g_strides[0],
                                     __int_as_float(EPS), xs, red);
   if (!live) return;
   float acc[2][R];
-  bm_cols_dot<T, R, K, 2, CH>(col, cs, w_strides[0], xs, vec, wv, acc);
+  bm_mat_dot<T, Q, GS, R, K, 2, CH>(m, col, I, xs, vec, wv, acc);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -352,18 +467,18 @@ const NORM_QKV_HEADS: &str = r#"
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int head = blockIdx.x / P, part = blockIdx.x % P;
   const int c0 = part * COLS;
-  const long ws = w_strides[1];
-  const T* col = w + ((long)head * D + c0 + warp * C) * ws;
-  const bool vec = bm_vec_cols<T, K>(col, ws, w_strides[0]);
+  const auto m = bm_mat_of<T, Q, GS, K>(w, w_strides, w_scales, w_biases);
+  const long n0 = (long)head * D + c0 + warp * C;
+  const bool vec = bm_mat_vec<T, Q, GS, K>(m, n0, 1);
   uint4 wv[C][CH];
-  if (vec) bm_load_cols<T, K, C, CH>(col, ws, 0, wv);
+  if (vec) bm_mat_load<T, Q, GS, K, C, CH>(m, n0, 1, 0, wv);
   bm_stage_rows<T, R, K, true, WARPS * 32>(x, x_strides[0], x_strides[1], g, g_strides[0],
                                            __int_as_float(EPS), xs, red);
   for (int c = c0 + warp * C; c < c0 + COLS; c += WARPS * C) {
     const long n = (long)head * D + c;
     float acc[C][R];
-    if (c != c0 + warp * C && vec) bm_load_cols<T, K, C, CH>(w + n * ws, ws, 0, wv);
-    bm_cols_dot<T, R, K, C, CH>(w + n * ws, ws, w_strides[0], xs, vec, wv, acc);
+    if (n != n0 && vec) bm_mat_load<T, Q, GS, K, C, CH>(m, n, 1, 0, wv);
+    bm_mat_dot<T, Q, GS, R, K, C, CH>(m, n, 1, xs, vec, wv, acc);
     if (lane == 0) {
 #pragma unroll
       for (int i = 0; i < C; ++i) {
@@ -475,20 +590,81 @@ fn with_kernel<T>(
     kernel::with_strided_kernel(name, inputs, outputs, source, header, f)
 }
 
-/// The arrays and sizes of one projection: input rows `x` (`[rows, k]`), the weight `w` (as
-/// `[k, n]`) and its bias (`None`: no bias).
+/// A weight's MLX arrays as the kernels read them (`bm_mat` in [`GEMV_HEADER`]).
+pub(super) enum Mat {
+    /// Burn's `[k, n]` view of the weight, read through its strides.
+    Dense(Array),
+    /// MLX's affine form of the stored `[n, k]` matrix: `words` `[n, k·bits/32]` (`u32`, unit
+    /// stride along a row), `scales` and `biases` `[n, k/group]` (row-contiguous, in the input
+    /// rows' dtype).
+    Quantized {
+        words: Array,
+        scales: Array,
+        biases: Array,
+        bits: i32,
+        group: i32,
+    },
+}
+
+impl Mat {
+    /// The kernel inputs `W`, `W_scales` and `W_biases` (a dense weight stands in, unread, for
+    /// the scales and biases it does not have).
+    pub(super) fn inputs(&self) -> [&Array; 3] {
+        match self {
+            Mat::Dense(w) => [w, w, w],
+            Mat::Quantized {
+                words,
+                scales,
+                biases,
+                ..
+            } => [words, scales, biases],
+        }
+    }
+
+    /// An array of the input rows' dtype, to stand in (unread) for an absent input of that dtype.
+    pub(super) fn stand_in(&self) -> &Array {
+        match self {
+            Mat::Dense(w) => w,
+            Mat::Quantized { scales, .. } => scales,
+        }
+    }
+
+    /// The template arguments `Q` (bits per value, 0 when dense) and `GS` (the group size; 64,
+    /// unread, when dense).
+    pub(super) fn template_args(&self) -> [TemplateArg; 2] {
+        let (q, gs) = match self {
+            Mat::Dense(_) => (0, 64),
+            Mat::Quantized { bits, group, .. } => (*bits, *group),
+        };
+        [TemplateArg::Int("Q", q), TemplateArg::Int("GS", gs)]
+    }
+
+    /// Whether two weights take the same template arguments (one launch reads both).
+    pub(super) fn same_kind(&self, other: &Mat) -> bool {
+        let key = |m: &Mat| match m {
+            Mat::Dense(_) => (0, 0),
+            Mat::Quantized { bits, group, .. } => (*bits, *group),
+        };
+        key(self) == key(other)
+    }
+}
+
+/// The arrays and sizes of one projection: input rows `x` (`[rows, k]`), the weight `w` and its
+/// bias (`None`: no bias).
 pub(super) struct Projection<'a> {
     pub x: &'a Array,
-    pub w: &'a Array,
+    pub w: &'a Mat,
     pub bias: Option<&'a Array>,
     pub rows: usize,
     pub k: usize,
 }
 
 impl Projection<'_> {
-    /// The bias, or (unread) the weight standing in for it.
-    fn bias_or_weight(&self) -> &Array {
-        self.bias.unwrap_or(self.w)
+    /// The kernel inputs `w`, `w_scales`, `w_biases` and `bias` (see [`Mat::inputs`]; without a
+    /// bias an array of the rows' dtype stands in for it, unread).
+    fn weight_inputs(&self) -> [&Array; 4] {
+        let [w, s, b] = self.w.inputs();
+        [w, s, b, self.bias.unwrap_or(self.w.stand_in())]
     }
 }
 
@@ -498,15 +674,19 @@ pub(super) fn linear_add(p: &Projection, n: usize, residual: &Array) -> Result<A
     let shape = dims_i32(&[p.rows, n]);
     with_kernel(
         "burn_mlx_linear_add",
-        &["x", "w", "bias", "res"],
+        &["x", "w", "w_scales", "w_biases", "bias", "res"],
         &["y"],
         || LINEAR_ADD.to_string(),
         |k| {
+            let [w, ws, wb, bias] = p.weight_inputs();
+            let [q, gs] = p.w.template_args();
             k.apply(
-                &[p.x, p.w, p.bias_or_weight(), residual],
+                &[p.x, w, ws, wb, bias, residual],
                 &[(&shape, dtype)],
                 &[
                     TemplateArg::Dtype("T", dtype),
+                    q,
+                    gs,
                     TemplateArg::Int("R", p.rows as i32),
                     TemplateArg::Int("K", p.k as i32),
                     TemplateArg::Int("N", n as i32),
@@ -532,15 +712,19 @@ pub(super) fn norm_gated(
     let shape = dims_i32(&[p.rows, i]);
     with_kernel(
         "burn_mlx_norm_gated",
-        &["x", "g", "w", "bias"],
+        &["x", "g", "w", "w_scales", "w_biases", "bias"],
         &["y"],
         || NORM_GATED.to_string(),
         |k| {
+            let [w, ws, wb, bias] = p.weight_inputs();
+            let [q, gs] = p.w.template_args();
             k.apply(
-                &[p.x, norm, p.w, p.bias_or_weight()],
+                &[p.x, norm, w, ws, wb, bias],
                 &[(&shape, dtype)],
                 &[
                     TemplateArg::Dtype("T", dtype),
+                    q,
+                    gs,
                     TemplateArg::Int("R", p.rows as i32),
                     TemplateArg::Int("K", p.k as i32),
                     TemplateArg::Int("I", i as i32),
@@ -618,25 +802,21 @@ pub(super) fn norm_qkv_heads(
     };
     with_kernel(
         name,
-        &["x", "g", "w", "bias", "qw", "kw", "freqs", "pos", "counts"],
+        &[
+            "x", "g", "w", "w_scales", "w_biases", "bias", "qw", "kw", "freqs", "pos", "counts",
+        ],
         outputs,
         || format!("{layout}{NORM_QKV_HEADS}"),
         |k| {
+            let [w, ws, wb, bias] = p.weight_inputs();
+            let [q, gs] = p.w.template_args();
             k.apply(
-                &[
-                    p.x,
-                    norm,
-                    p.w,
-                    p.bias_or_weight(),
-                    qw,
-                    kw,
-                    freqs,
-                    pos,
-                    &counts,
-                ],
+                &[p.x, norm, w, ws, wb, bias, qw, kw, freqs, pos, &counts],
                 &shapes,
                 &[
                     TemplateArg::Dtype("T", dtype),
+                    q,
+                    gs,
                     TemplateArg::Int("R", rows as i32),
                     TemplateArg::Int("K", p.k as i32),
                     TemplateArg::Int("HQ", hq as i32),

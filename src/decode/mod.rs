@@ -35,7 +35,8 @@ mod projection;
 mod tail;
 
 pub use projection::{
-    linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, NormQkv, MAX_FUSED_ROWS,
+    linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, Linear, NormQkv,
+    Quantized, MAX_FUSED_ROWS,
 };
 pub use tail::{attention_mlp, attention_mlp_qkv};
 

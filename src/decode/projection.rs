@@ -15,9 +15,10 @@
 //! matrix product, [`super::qkv_heads`], [`super::gated`]), with the same results within the
 //! dtype's rounding.
 
-use super::gemv::{self, Projection};
+use super::gemv::{self, Mat, Projection};
 use super::{array_of, gated, heads, kernel_input, At, Gate, QkvLayout};
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, RotaryEmbedding};
+use crate::quant::QuantizedMatrix;
 use crate::tensor::{MlxTensor, OrPanic};
 use burn_tensor::backend::Backend;
 use burn_tensor::Tensor;
@@ -37,30 +38,87 @@ pub struct Dense<'a, B: Backend> {
     pub bias: Option<&'a Tensor<B, 1>>,
 }
 
-impl<B: Backend> Dense<'_, B> {
+/// A quantized linear layer's parameters: `y = x·Wᵀ + bias` with `W` (`[out, in]`) held as a
+/// [`QuantizedMatrix`] (MLX's 4- or 8-bit affine groups on `Mlx`).
+#[derive(Debug, Clone, Copy)]
+pub struct Quantized<'a, B: Backend> {
+    /// `W`, `[out, in]`.
+    pub matrix: &'a QuantizedMatrix<B>,
+    /// `[out]`, or none.
+    pub bias: Option<&'a Tensor<B, 1>>,
+}
+
+/// A linear layer as the decode functions take it: dense or quantized. On CUDA the fused kernels
+/// read either form in place (a quantized weight's packed values, scales and biases, without
+/// dequantizing it); elsewhere the composed ops use a matrix product or MLX's quantized matmul.
+#[derive(Debug, Clone, Copy)]
+pub enum Linear<'a, B: Backend> {
+    /// A dense weight.
+    Dense(Dense<'a, B>),
+    /// A quantized weight.
+    Quantized(Quantized<'a, B>),
+}
+
+impl<'a, B: Backend> From<Dense<'a, B>> for Linear<'a, B> {
+    fn from(layer: Dense<'a, B>) -> Self {
+        Linear::Dense(layer)
+    }
+}
+
+impl<'a, B: Backend> From<Quantized<'a, B>> for Linear<'a, B> {
+    fn from(layer: Quantized<'a, B>) -> Self {
+        Linear::Quantized(layer)
+    }
+}
+
+impl<B: Backend> Linear<'_, B> {
     /// `[in, out]`.
-    fn dims(&self) -> [usize; 2] {
-        self.weight.dims()
+    pub fn dims(&self) -> [usize; 2] {
+        match self {
+            Linear::Dense(d) => d.weight.dims(),
+            Linear::Quantized(q) => {
+                let [out, input] = q.matrix.dims();
+                [input, out]
+            }
+        }
     }
 
-    /// `x·weight + bias`, composed.
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let y = x.matmul(self.weight.clone());
-        match self.bias {
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&Tensor<B, 1>> {
+        match self {
+            Linear::Dense(d) => d.bias,
+            Linear::Quantized(q) => q.bias,
+        }
+    }
+
+    /// `x·W + bias`, composed.
+    ///
+    /// # Panics
+    ///
+    /// When MLX fails a quantized product (its error names the op and the shapes).
+    pub(super) fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let y = match self {
+            Linear::Dense(d) => x.matmul(d.weight.clone()),
+            Linear::Quantized(q) => q
+                .matrix
+                .matmul_t(x)
+                .unwrap_or_else(|e| panic!("decode: quantized projection: {e}")),
+        };
+        match self.bias() {
             Some(b) => y + b.clone().unsqueeze::<2>(),
             None => y,
         }
     }
 
     /// Checks that `x` (`[rows, in]`) fits, naming `op`.
-    fn check(&self, op: &str, x: &Tensor<B, 2>) {
+    pub(super) fn check(&self, op: &str, x: &Tensor<B, 2>) {
         let [_, k] = x.dims();
         let [input, out] = self.dims();
         assert_eq!(
             k, input,
             "{op}: the input rows hold {k} values, the weight [{input}, {out}] takes {input}"
         );
-        if let Some(b) = self.bias {
+        if let Some(b) = self.bias() {
             assert_eq!(
                 b.dims()[0],
                 out,
@@ -69,19 +127,51 @@ impl<B: Backend> Dense<'_, B> {
             );
         }
     }
+
+    /// The weight as the kernels read it, for input rows of `dtype`: a dense weight of `dtype`,
+    /// or MLX's packed form with scales and biases of `dtype` laid out as the kernels read them.
+    pub(super) fn mat(&self, dtype: Dtype) -> Option<Mat> {
+        match self {
+            Linear::Dense(d) => dense_array(d.weight.clone(), dtype).map(Mat::Dense),
+            Linear::Quantized(q) => {
+                let [words, scales, biases] = q.matrix.packed_arrays()?;
+                let [out, input] = q.matrix.dims();
+                let bits = q.matrix.bits().bits();
+                let group = q.matrix.group_size();
+                let row_major = |a: &Array, cols: usize| {
+                    a.shape() == [out as i32, cols as i32] && a.strides() == [cols, 1]
+                };
+                let fits = words.dtype() == Dtype::Uint32
+                    && words.shape() == [out as i32, (input * bits / 32) as i32]
+                    && words.strides()[1] == 1
+                    && scales.dtype() == dtype
+                    && biases.dtype() == dtype
+                    && row_major(&scales, input / group)
+                    && row_major(&biases, input / group);
+                fits.then(|| Mat::Quantized {
+                    words,
+                    scales,
+                    biases,
+                    bits: bits as i32,
+                    group: group as i32,
+                })
+            }
+        }
+    }
 }
 
-/// The MLX arrays of `x` and `dense` when a fused kernel runs for them: `x` on the CUDA device
-/// with [`MAX_FUSED_ROWS`] rows or fewer, and the weight and bias dense in `x`'s dtype.
+/// The MLX arrays of `x` and `layer` when a fused kernel runs for them: `x` on the CUDA device
+/// with [`MAX_FUSED_ROWS`] rows or fewer, the weight as [`Linear::mat`] takes it and the bias in
+/// `x`'s dtype.
 fn fused_inputs<B: Backend>(
     x: Tensor<B, 2>,
-    dense: &Dense<B>,
-) -> Result<(MlxTensor, Array, Option<Array>), Tensor<B, 2>> {
+    layer: &Linear<B>,
+) -> Result<(MlxTensor, Mat, Option<Array>), Tensor<B, 2>> {
     let t = kernel_input(x)?;
     let [rows, k] = rows_cols(&t);
     let dtype = t.array.dtype();
-    let weight = dense_array(dense.weight.clone(), dtype);
-    let bias = dense.bias.map(|b| dense_array(b.clone(), dtype));
+    let weight = layer.mat(dtype);
+    let bias = layer.bias().map(|b| dense_array(b.clone(), dtype));
     match (weight, bias) {
         (Some(w), None) if gemv::fits(rows, k, dtype) => Ok((t, w, None)),
         (Some(w), Some(Some(b))) if gemv::fits(rows, k, dtype) => Ok((t, w, Some(b))),
@@ -111,21 +201,22 @@ fn rows_cols(t: &MlxTensor) -> [usize; 2] {
 /// # Panics
 ///
 /// When `x` (`[rows, in]`), the layer and `residual` (`[rows, out]`) do not fit together.
-pub fn linear_add<B: Backend>(
+pub fn linear_add<'a, B: Backend>(
     x: Tensor<B, 2>,
-    dense: Dense<B>,
+    layer: impl Into<Linear<'a, B>>,
     residual: Tensor<B, 2>,
 ) -> Tensor<B, 2> {
-    dense.check("linear_add", &x);
+    let layer = layer.into();
+    layer.check("linear_add", &x);
     let [rows, _] = x.dims();
-    let [_, n] = dense.dims();
+    let [_, n] = layer.dims();
     assert_eq!(
         residual.dims(),
         [rows, n],
         "linear_add: the residual is {:?}, the projection makes [{rows}, {n}]",
         residual.dims()
     );
-    let x = match fused_inputs(x, &dense) {
+    let x = match fused_inputs(x, &layer) {
         Ok((t, w, b)) => {
             let r = array_of(&residual);
             let [rows, k] = rows_cols(&t);
@@ -139,12 +230,12 @@ pub fn linear_add<B: Backend>(
             let y = t
                 .device
                 .scope(|| gemv::linear_add(&p, n, &r))
-                .or_panic("linear_add", &[&t.array, &w]);
+                .or_panic("linear_add", &[&t.array, w.inputs()[0]]);
             return float_from_mlx(t.with(y));
         }
         Err(x) => x,
     };
-    residual + dense.forward(x)
+    residual + layer.forward(x)
 }
 
 /// `act(gate) · up` of `rms_norm(x, norm, eps)·weight (+ bias)`, the gate/up projection's output
@@ -155,21 +246,22 @@ pub fn linear_add<B: Backend>(
 ///
 /// When `x` (`[rows, in]`), `norm` (`[in]`) and the layer do not fit together, or the layer's
 /// width is odd.
-pub fn norm_gated<B: Backend>(
+pub fn norm_gated<'a, B: Backend>(
     x: Tensor<B, 2>,
     norm: &Tensor<B, 1>,
     eps: f64,
-    dense: Dense<B>,
+    layer: impl Into<Linear<'a, B>>,
     gate: Gate,
 ) -> Tensor<B, 2> {
-    dense.check("norm_gated", &x);
+    let layer = layer.into();
+    layer.check("norm_gated", &x);
     check_norm("norm_gated", &x, norm);
-    let [_, width] = dense.dims();
+    let [_, width] = layer.dims();
     assert!(
         width % 2 == 0,
         "norm_gated: the gate/up projection's width {width} is odd"
     );
-    let x = match fused_inputs(x, &dense) {
+    let x = match fused_inputs(x, &layer) {
         Ok((t, w, b)) => {
             let g = array_of(norm);
             let [rows, k] = rows_cols(&t);
@@ -184,12 +276,12 @@ pub fn norm_gated<B: Backend>(
             let y = t
                 .device
                 .scope(|| gemv::norm_gated(&p, &g, eps as f32, width / 2, gelu))
-                .or_panic("norm_gated", &[&t.array, &w]);
+                .or_panic("norm_gated", &[&t.array, w.inputs()[0]]);
             return float_from_mlx(t.with(y));
         }
         Err(x) => x,
     };
-    gated(dense.forward(rms_norm(x, norm.clone(), eps)), gate)
+    gated(layer.forward(rms_norm(x, norm.clone(), eps)), gate)
 }
 
 /// The heads of a pre-norm QKV projection for one position of each sequence: `x` (`[batch, in]`,
@@ -201,11 +293,11 @@ pub fn norm_gated<B: Backend>(
 ///
 /// When the shapes do not fit together (see [`super::qkv_heads`]).
 #[allow(clippy::too_many_arguments)]
-pub fn norm_qkv_heads<B: Backend>(
+pub fn norm_qkv_heads<'a, B: Backend>(
     x: Tensor<B, 2>,
     norm: &Tensor<B, 1>,
     eps: f64,
-    dense: Dense<B>,
+    layer: impl Into<Linear<'a, B>>,
     layout: QkvLayout,
     qk_norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
     qk_eps: f64,
@@ -215,7 +307,7 @@ pub fn norm_qkv_heads<B: Backend>(
     let step = NormQkv {
         norm,
         eps,
-        dense,
+        layer: layer.into(),
         layout,
         qk_norms,
         qk_eps,
@@ -232,11 +324,11 @@ pub fn norm_qkv_heads<B: Backend>(
 ///
 /// As [`norm_qkv_heads`].
 #[allow(clippy::too_many_arguments)]
-pub fn norm_qkv_heads_joint<B: Backend>(
+pub fn norm_qkv_heads_joint<'a, B: Backend>(
     x: Tensor<B, 2>,
     norm: &Tensor<B, 1>,
     eps: f64,
-    dense: Dense<B>,
+    layer: impl Into<Linear<'a, B>>,
     layout: QkvLayout,
     qk_norms: Option<(&Tensor<B, 1>, &Tensor<B, 1>)>,
     qk_eps: f64,
@@ -246,7 +338,7 @@ pub fn norm_qkv_heads_joint<B: Backend>(
     let step = NormQkv {
         norm,
         eps,
-        dense,
+        layer: layer.into(),
         layout,
         qk_norms,
         qk_eps,
@@ -265,7 +357,7 @@ pub struct NormQkv<'a, B: Backend> {
     /// The RMS norm's epsilon.
     pub eps: f64,
     /// The fused QKV projection, `[in, (heads + 2·kv_heads)·head_dim]`.
-    pub dense: Dense<'a, B>,
+    pub layer: Linear<'a, B>,
     /// The heads of the projection's output.
     pub layout: QkvLayout,
     /// The query and key heads' RMS norm weights (`[head_dim]` each), or none.
@@ -295,14 +387,14 @@ impl<B: Backend> NormQkv<'_, B> {
 
     /// Checks the shapes for `x` (`[rows, in]`), naming `op`.
     pub(super) fn check(&self, op: &str, x: &Tensor<B, 2>) {
-        self.dense.check(op, x);
+        self.layer.check(op, x);
         check_norm(op, x, self.norm);
         let QkvLayout {
             heads: hq,
             kv_heads: hkv,
             head_dim: d,
         } = self.layout;
-        let [_, width] = self.dense.dims();
+        let [_, width] = self.layer.dims();
         assert_eq!(
             width,
             self.layout.width(),
@@ -327,7 +419,7 @@ impl<B: Backend> NormQkv<'_, B> {
             head_dim: d,
         } = self.layout;
         let [batch, _] = x.dims();
-        let x = match fused_inputs(x, &self.dense) {
+        let x = match fused_inputs(x, &self.layer) {
             Ok((t, w, b)) if d % 16 == 0 && d <= 256 => {
                 let g = array_of(self.norm);
                 let qk = self.qk_norms.map(|(q, k)| (array_of(q), array_of(k)));
@@ -356,13 +448,13 @@ impl<B: Backend> NormQkv<'_, B> {
                             joint,
                         )
                     })
-                    .or_panic(op, &[&t.array, &w]);
+                    .or_panic(op, &[&t.array, w.inputs()[0]]);
                 return out.into_iter().map(|a| float_from_mlx(t.with(a))).collect();
             }
             Ok((t, ..)) => float_from_mlx(t),
             Err(x) => x,
         };
-        let qkv = self.dense.forward(rms_norm(x, self.norm.clone(), self.eps));
+        let qkv = self.layer.forward(rms_norm(x, self.norm.clone(), self.eps));
         heads(
             qkv,
             batch,

@@ -19,9 +19,9 @@
 //! ends. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
 
 use super::cuda::{counters, dims_i32, COUNTERS, HEADER};
+use super::gemv::Mat;
 use super::gemv::GEMV_HEADER;
-use super::projection::NormQkv;
-use super::projection::{dense_array, Dense};
+use super::projection::{dense_array, Linear, NormQkv};
 use super::{array_of, decode_attention_joint, kernel_input, linear_add, norm_gated, At, Gate};
 use crate::error::MlxError;
 use crate::fast::float_from_mlx;
@@ -95,28 +95,29 @@ __device__ void bm_stage_shared(const T* src, const T* g, long gs, float eps, T*
   __syncthreads();
 }
 
-// Loads the first CH 16-byte pieces of the C columns at `w` (`cs` apart, values `wk` apart) when
-// they can be read so (bm_vec_cols) and `first` (the warp's first column) is below N: a phase's
+// Loads the first CH 16-byte pieces of columns first, first + dc, ... (C of them) of `m` when
+// they can be read so (bm_mat_vec) and `first` (the warp's first column) is below N: a phase's
 // weights, issued before the barrier ahead of it.
-template <typename T, int K, int C, int CH>
-__device__ __forceinline__ void bm_preload(const T* w, long cs, long wk, long first, long N,
+template <typename T, int Q, int GS, int K, int C, int CH>
+__device__ __forceinline__ void bm_preload(const bm_mat<T, Q, GS>& m, long first, long dc, long N,
                                            uint4 (&wv)[C][CH]) {
-  if (first < N && bm_vec_cols<T, K>(w, cs, wk)) bm_load_cols<T, K, C, CH>(w, cs, 0, wv);
+  if (first < N && bm_mat_vec<T, Q, GS, K>(m, first, dc)) {
+    bm_mat_load<T, Q, GS, K, C, CH>(m, first, dc, 0, wv);
+  }
 }
 
-// out[n] = T(res[n·rs] + T(xs · w[:, n])) (rounded as linear_add rounds) for the columns
-// n = gw, gw + GW, ... below N of `w` (KK values a column, `wk` apart; columns `wn` apart), one
-// warp each; the first column's weights are in `wv` (bm_preload). With RES_L2 the residual was
-// written by other blocks of the grid.
-template <typename T, int KK, int N, bool RES_L2>
-__device__ void bm_columns_add(const T* w, long wk, long wn, const T* xs, const T* res, long rs,
+// out[n] = T(res[n·rs] + T(xs · column n of m)) (rounded as linear_add rounds) for the columns
+// n = gw, gw + GW, ... below N of `m` (KK values a column), one warp each; the first column's
+// weights are in `wv` (bm_preload). With RES_L2 the residual was written by other blocks of the
+// grid.
+template <typename T, int Q, int GS, int KK, int N, bool RES_L2>
+__device__ void bm_columns_add(const bm_mat<T, Q, GS>& m, const T* xs, const T* res, long rs,
                                T* out, uint4 (&wv)[1][8], long gw, long GW) {
   for (long n = gw; n < N; n += GW) {
-    const T* col = w + n * wn;
-    const bool vec = bm_vec_cols<T, KK>(col, 0, wk);
-    if (vec && n != gw) bm_load_cols<T, KK, 1, 8>(col, 0, 0, wv);
+    const bool vec = bm_mat_vec<T, Q, GS, KK>(m, n, 0);
+    if (vec && n != gw) bm_mat_load<T, Q, GS, KK, 1, 8>(m, n, 0, 0, wv);
     float acc[1][1];
-    bm_cols_dot<T, 1, KK, 1, 8>(col, 0, wk, xs, vec, wv, acc);
+    bm_mat_dot<T, Q, GS, 1, KK, 1, 8>(m, n, 0, xs, vec, wv, acc);
     if ((threadIdx.x & 31) == 0) {
       const float v = static_cast<float>(static_cast<T>(acc[0][0]));
       const float r = static_cast<float>(RES_L2 ? bm_ldcg(res + n * rs) : res[n * rs]);
@@ -211,8 +212,11 @@ const ATTENTION_MLP: &str = r#"
   }
   // Each phase's first weight columns are loaded before the barrier ahead of it (the weights do
   // not depend on what the barrier waits for), so their latency hides the barrier's.
+  const auto mo = bm_mat_of<T, Q, GS, KA>(wo, wo_strides, wo_scales, wo_biases);
+  const auto mgu = bm_mat_of<T, Q, GS, K>(wgu, wgu_strides, wgu_scales, wgu_biases);
+  const auto md = bm_mat_of<T, Q, GS, I>(wd, wd_strides, wd_scales, wd_biases);
   uint4 wv_o[1][8];
-  bm_preload<T, KA, 1, 8>(wo + gw * wo_strides[1], 0, wo_strides[0], gw, K, wv_o);
+  bm_preload<T, Q, GS, KA, 1, 8>(mo, gw, 0, K, wv_o);
   bm_grid_sync(bar);
 
   // The heads' outputs (every block combines the splits itself), then h = x + out·Wo.
@@ -246,21 +250,18 @@ const ATTENTION_MLP: &str = r#"
     xs[idx] = static_cast<T>(num / s_hd[h]);
   }
   __syncthreads();
-  bm_columns_add<T, KA, K, false>(wo, wo_strides[0], wo_strides[1], xs, x, x_strides[1], hbuf,
-                                  wv_o, gw, GW);
-  const long gu_cs = (long)I * wgu_strides[1];
+  bm_columns_add<T, Q, GS, KA, K, false>(mo, xs, x, x_strides[1], hbuf, wv_o, gw, GW);
   uint4 wv_gu[2][4];
-  bm_preload<T, K, 2, 4>(wgu + gw * wgu_strides[1], gu_cs, wgu_strides[0], gw, I, wv_gu);
+  bm_preload<T, Q, GS, K, 2, 4>(mgu, gw, I, I, wv_gu);
   bm_grid_sync(bar);
 
   // act = act(gate) · up of rms_norm(h)·Wgu.
   bm_stage_shared<T, K, true>(hbuf, g, g_strides[0], __int_as_float(EPS), xs, red);
   for (long j = gw; j < I; j += GW) {
-    const T* col = wgu + j * wgu_strides[1];
-    const bool vec = bm_vec_cols<T, K>(col, gu_cs, wgu_strides[0]);
-    if (vec && j != gw) bm_load_cols<T, K, 2, 4>(col, gu_cs, 0, wv_gu);
+    const bool vec = bm_mat_vec<T, Q, GS, K>(mgu, j, I);
+    if (vec && j != gw) bm_mat_load<T, Q, GS, K, 2, 4>(mgu, j, I, 0, wv_gu);
     float acc[2][1];
-    bm_cols_dot<T, 1, K, 2, 4>(col, gu_cs, wgu_strides[0], xs, vec, wv_gu, acc);
+    bm_mat_dot<T, Q, GS, 1, K, 2, 4>(mgu, j, I, xs, vec, wv_gu, acc);
     if (lane == 0) {
       const float gv = static_cast<float>(static_cast<T>(acc[0][0]));
       const float uv = static_cast<float>(static_cast<T>(acc[1][0]));
@@ -274,12 +275,12 @@ const ATTENTION_MLP: &str = r#"
     }
   }
   uint4 wv_d[1][8];
-  bm_preload<T, I, 1, 8>(wd + gw * wd_strides[1], 0, wd_strides[0], gw, K, wv_d);
+  bm_preload<T, Q, GS, I, 1, 8>(md, gw, 0, K, wv_d);
   bm_grid_sync(bar);
 
   // y = h + act·Wd.
   bm_stage_shared<T, I, false>(abuf, g, 0, 0.f, xs, red);
-  bm_columns_add<T, I, K, true>(wd, wd_strides[0], wd_strides[1], xs, hbuf, 1, y, wv_d, gw, GW);
+  bm_columns_add<T, Q, GS, I, K, true>(md, xs, hbuf, 1, y, wv_d, gw, GW);
 "#;
 
 /// Appended to [`ATTENTION_MLP`] by [`attention_mlp_qkv`]: the next block's query, key and value
@@ -297,18 +298,17 @@ const NEXT_QKV: &str = r#"
     constexpr unsigned long long ROUND = 1024;
     constexpr long R_OFF = A_OFF + ((long)I * sizeof(T) + 15) / 16 * 4;
     float* raw = work + R_OFF;
-    const long ws = wqkv_strides[1];
+    const auto mq = bm_mat_of<T, Q, GS, K>(wqkv, wqkv_strides, wqkv_scales, wqkv_biases);
     const long first = gw * C;
     uint4 wv[C][CH];
-    bm_preload<T, K, C, CH>(wqkv + first * ws, ws, wqkv_strides[0], first, N, wv);
+    bm_preload<T, Q, GS, K, C, CH>(mq, first, 1, N, wv);
     bm_grid_sync(bar);
     bm_stage_shared<T, K, true>(y, g2, g2_strides[0], __int_as_float(EPS2), xs, red);
     for (long n = first; n < N; n += GW * C) {
-      const T* col = wqkv + n * ws;
-      const bool vec = bm_vec_cols<T, K>(col, ws, wqkv_strides[0]);
-      if (vec && n != first) bm_load_cols<T, K, C, CH>(col, ws, 0, wv);
+      const bool vec = bm_mat_vec<T, Q, GS, K>(mq, n, 1);
+      if (vec && n != first) bm_mat_load<T, Q, GS, K, C, CH>(mq, n, 1, 0, wv);
       float acc[C][1];
-      bm_cols_dot<T, 1, K, C, CH>(col, ws, wqkv_strides[0], xs, vec, wv, acc);
+      bm_mat_dot<T, Q, GS, 1, K, C, CH>(mq, n, 1, xs, vec, wv, acc);
       const int head = static_cast<int>(n / D);
       int last = 0;
       if (lane == 0) {
@@ -382,22 +382,23 @@ fn launch_shape(s: &Sizes, dtype: Dtype) -> Option<(usize, usize)> {
     fits.then_some((blocks, splits))
 }
 
-/// The arrays of one launch.
+/// The arrays of one launch; the weights are all dense or all quantized alike
+/// ([`Mat::same_kind`]).
 struct Inputs<'a> {
     q: &'a Array,
     kv: &'a Array,
     len: &'a Array,
     x: &'a Array,
-    wo: &'a Array,
+    wo: &'a Mat,
     norm: &'a Array,
-    wgu: &'a Array,
-    wd: &'a Array,
+    wgu: &'a Mat,
+    wd: &'a Mat,
 }
 
 /// The arrays and constants of the next block's QKV step ([`NEXT_QKV`]).
 struct NextInputs {
     norm: Array,
-    w: Array,
+    w: Mat,
     bias: Option<Array>,
     qk: Option<(Array, Array)>,
     freqs: Array,
@@ -430,8 +431,11 @@ fn launch(
     let counter = counters()?;
     let y_shape = dims_i32(&[1, s.k]);
     let work_shape = dims_i32(&[work]);
+    let [q, gs] = a.wo.template_args();
     let mut targs = vec![
         TemplateArg::Dtype("T", dtype),
+        q,
+        gs,
         TemplateArg::Int("K", s.k as i32),
         TemplateArg::Int("HQ", s.hq as i32),
         TemplateArg::Int("HKV", s.hkv as i32),
@@ -447,19 +451,51 @@ fn launch(
     let block = [(WARPS * 32) as i32, 1, 1];
     static JOINED: OnceLock<String> = OnceLock::new();
     let header = JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}{TAIL_HEADER}"));
-    let mut names = vec!["q", "kv", "len", "x", "wo", "g", "wgu", "wd", "sync"];
-    let mut inputs = vec![a.q, a.kv, a.len, a.x, a.wo, a.norm, a.wgu, a.wd, &counter];
+    let mut names = vec![
+        "q",
+        "kv",
+        "len",
+        "x",
+        "wo",
+        "wo_scales",
+        "wo_biases",
+        "g",
+        "wgu",
+        "wgu_scales",
+        "wgu_biases",
+        "wd",
+        "wd_scales",
+        "wd_biases",
+        "sync",
+    ];
+    let [wo, wo_s, wo_b] = a.wo.inputs();
+    let [wgu, wgu_s, wgu_b] = a.wgu.inputs();
+    let [wd, wd_s, wd_b] = a.wd.inputs();
+    let mut inputs = vec![
+        a.q, a.kv, a.len, a.x, wo, wo_s, wo_b, a.norm, wgu, wgu_s, wgu_b, wd, wd_s, wd_b, &counter,
+    ];
     let mut outputs: Vec<(&[i32], Dtype)> = vec![(&y_shape, dtype)];
     let mut output_names = vec!["y"];
     let q_shape = dims_i32(&[1, s.hq, 1, s.d]);
     let kv_shape = dims_i32(&[1, 2 * s.hkv, 1, s.d]);
     if let Some(n) = next {
-        // Without a bias or norms their arrays are not read: the weight and the frequencies
-        // stand in for them.
-        let bias = n.bias.as_ref().unwrap_or(&n.w);
+        // Without a bias or norms their arrays are not read: an array of the rows' dtype and the
+        // frequencies stand in for them.
+        let bias = n.bias.as_ref().unwrap_or(n.w.stand_in());
         let (qw, kw) = n.qk.as_ref().map_or((&n.freqs, &n.freqs), |(q, k)| (q, k));
-        names.extend(["g2", "wqkv", "bias2", "qw", "kw", "freqs", "pos"]);
-        inputs.extend([&n.norm, &n.w, bias, qw, kw, &n.freqs, &n.pos]);
+        let [w, w_s, w_b] = n.w.inputs();
+        names.extend([
+            "g2",
+            "wqkv",
+            "wqkv_scales",
+            "wqkv_biases",
+            "bias2",
+            "qw",
+            "kw",
+            "freqs",
+            "pos",
+        ]);
+        inputs.extend([&n.norm, w, w_s, w_b, bias, qw, kw, &n.freqs, &n.pos]);
         outputs.extend([(&q_shape[..], dtype), (&kv_shape[..], dtype)]);
         output_names.extend(["q2", "kv2"]);
         targs.extend([
@@ -507,11 +543,11 @@ struct Block<'a, B: Backend> {
     len: &'a At<B>,
     scale: f64,
     x: Tensor<B, 2>,
-    o_proj: Dense<'a, B>,
+    o_proj: Linear<'a, B>,
     norm: &'a Tensor<B, 1>,
     eps: f64,
-    gate_up: Dense<'a, B>,
-    down: Dense<'a, B>,
+    gate_up: Linear<'a, B>,
+    down: Linear<'a, B>,
     gate: Gate,
 }
 
@@ -522,7 +558,7 @@ impl<B: Backend> Block<'_, B> {
         let [b, hq, _, d] = self.q.dims();
         let [_, heads, _, _] = self.kv.dims();
         let [_, k] = self.x.dims();
-        let [_, width] = self.gate_up.weight.dims();
+        let [_, width] = self.gate_up.dims();
         let sizes = Sizes {
             k,
             hq,
@@ -535,18 +571,20 @@ impl<B: Backend> Block<'_, B> {
         let next_fits = next.is_none_or(|n| {
             let l = n.layout;
             (l.heads, l.kv_heads, l.head_dim) == (hq, heads / 2, d)
-                && n.dense.weight.dims() == [k, l.width()]
+                && n.layer.dims() == [k, l.width()]
                 && n.norm.dims() == [k]
                 && l.width() / d <= COUNTERS - HEAD_COUNTS
         });
         let fits = b == 1
             && grid_kernel_on()
             && next_fits
-            && o_proj.weight.dims() == [hq * d, k]
-            && down.weight.dims() == [width / 2, k]
-            && gate_up.weight.dims()[0] == k
+            && o_proj.dims() == [hq * d, k]
+            && down.dims() == [width / 2, k]
+            && gate_up.dims()[0] == k
             && self.norm.dims() == [k]
-            && [&o_proj, &gate_up, &down].iter().all(|p| p.bias.is_none());
+            && [&o_proj, &gate_up, &down]
+                .iter()
+                .all(|p| p.bias().is_none());
         if !fits {
             return Err(self);
         }
@@ -558,15 +596,11 @@ impl<B: Backend> Block<'_, B> {
             }
         };
         let dtype = t.array.dtype();
-        let weights = (
-            dense_array(o_proj.weight.clone(), dtype),
-            dense_array(gate_up.weight.clone(), dtype),
-            dense_array(down.weight.clone(), dtype),
-        );
+        let weights = (o_proj.mat(dtype), gate_up.mat(dtype), down.mat(dtype));
         let xa = array_of(&self.x);
         let next = next.map(|n| {
-            let bias = n.dense.bias.map(|b| dense_array(b.clone(), dtype));
-            let w = dense_array(n.dense.weight.clone(), dtype);
+            let bias = n.layer.bias().map(|b| dense_array(b.clone(), dtype));
+            let w = n.layer.mat(dtype);
             let norms = n.qk_norms.map(|(q, k)| (array_of(q), array_of(k)));
             match (w, bias) {
                 (Some(w), None) => Some((w, None, norms)),
@@ -585,11 +619,13 @@ impl<B: Backend> Block<'_, B> {
             })
         });
         let shape = launch_shape(&sizes, dtype);
+        // Every weight read as the kernel reads it, and all of one kind (one launch takes one
+        // `Q` and `GS`).
         let (Some(wo), Some(wgu), Some(wd)) = weights else {
             self.q = float_from_mlx(t);
             return Err(self);
         };
-        // `next` given but not fused (its weight not dense in `dtype`): none of it runs here.
+        // `next` given but not fused (its weight not readable in `dtype`): none of it runs here.
         let next = match next {
             None => None,
             Some(Some(n)) => Some(n),
@@ -598,6 +634,13 @@ impl<B: Backend> Block<'_, B> {
                 return Err(self);
             }
         };
+        let one_kind = wo.same_kind(&wgu)
+            && wo.same_kind(&wd)
+            && next.as_ref().is_none_or(|n| wo.same_kind(&n.w));
+        if !one_kind {
+            self.q = float_from_mlx(t);
+            return Err(self);
+        }
         let (Some(shape), true) = (shape, xa.dtype() == dtype) else {
             self.q = float_from_mlx(t);
             return Err(self);
@@ -620,7 +663,7 @@ impl<B: Backend> Block<'_, B> {
         let out = t
             .device
             .scope(|| launch(&inputs, &sizes, shape, scale, eps, gelu, next.as_ref()))
-            .or_panic("attention_mlp", &[&t.array, &kva, &xa]);
+            .or_panic("attention_mlp", &[&t.array, &kva, &xa, wo.inputs()[0]]);
         Ok(out.into_iter().map(|a| t.with(a)).collect())
     }
 
@@ -653,17 +696,17 @@ impl<B: Backend> Block<'_, B> {
 ///
 /// When the shapes do not fit together (see the four functions).
 #[allow(clippy::too_many_arguments)]
-pub fn attention_mlp<B: Backend>(
+pub fn attention_mlp<'a, B: Backend>(
     q: Tensor<B, 4>,
     kv: Tensor<B, 4>,
     len: &At<B>,
     scale: f64,
     x: Tensor<B, 2>,
-    o_proj: Dense<B>,
+    o_proj: impl Into<Linear<'a, B>>,
     norm: &Tensor<B, 1>,
     eps: f64,
-    gate_up: Dense<B>,
-    down: Dense<B>,
+    gate_up: impl Into<Linear<'a, B>>,
+    down: impl Into<Linear<'a, B>>,
     gate: Gate,
 ) -> Tensor<B, 2> {
     let (y, _) = attention_mlp_qkv(
@@ -682,17 +725,17 @@ pub fn attention_mlp<B: Backend>(
 ///
 /// When the shapes do not fit together (see [`attention_mlp`] and [`super::norm_qkv_heads`]).
 #[allow(clippy::too_many_arguments)]
-pub fn attention_mlp_qkv<B: Backend>(
+pub fn attention_mlp_qkv<'a, B: Backend>(
     q: Tensor<B, 4>,
     kv: Tensor<B, 4>,
     len: &At<B>,
     scale: f64,
     x: Tensor<B, 2>,
-    o_proj: Dense<B>,
+    o_proj: impl Into<Linear<'a, B>>,
     norm: &Tensor<B, 1>,
     eps: f64,
-    gate_up: Dense<B>,
-    down: Dense<B>,
+    gate_up: impl Into<Linear<'a, B>>,
+    down: impl Into<Linear<'a, B>>,
     gate: Gate,
     next: Option<&NormQkv<B>>,
 ) -> (Tensor<B, 2>, Option<[Tensor<B, 4>; 2]>) {
@@ -705,11 +748,11 @@ pub fn attention_mlp_qkv<B: Backend>(
         len,
         scale,
         x,
-        o_proj,
+        o_proj: o_proj.into(),
         norm,
         eps,
-        gate_up,
-        down,
+        gate_up: gate_up.into(),
+        down: down.into(),
         gate,
     };
     match block.fused(next) {

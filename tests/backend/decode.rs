@@ -15,9 +15,9 @@ use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_tensor::activation::{sigmoid, softmax};
 use burn_tensor::{DType, Int, Tensor, TensorData};
 
-type R = NdArray<f32>;
+pub(super) type R = NdArray<f32>;
 
-fn device() -> MlxDevice {
+pub(super) fn device() -> MlxDevice {
     if MlxDevice::gpu_available() {
         MlxDevice::Gpu
     } else {
@@ -27,7 +27,7 @@ fn device() -> MlxDevice {
 
 /// A tensor of `dtype` on the test device, and the same values (rounded to `dtype`) in f32 on
 /// burn-ndarray.
-fn pair<const D: usize>(
+pub(super) fn pair<const D: usize>(
     shape: [usize; D],
     seed: u64,
     dtype: DType,
@@ -40,11 +40,11 @@ fn pair<const D: usize>(
     (t, Tensor::from_data(rounded, &NdArrayDevice::Cpu))
 }
 
-fn f32_rows<const D: usize>(t: Tensor<Mlx, D>) -> Vec<f32> {
+pub(super) fn f32_rows<const D: usize>(t: Tensor<Mlx, D>) -> Vec<f32> {
     t.cast(DType::F32).into_data().to_vec::<f32>().unwrap()
 }
 
-fn check(label: &str, got: Vec<f32>, want: Vec<f32>, tol: f32) {
+pub(super) fn check(label: &str, got: Vec<f32>, want: Vec<f32>, tol: f32) {
     assert_eq!(got.len(), want.len(), "{label}: lengths");
     let worst = got
         .iter()
@@ -60,9 +60,14 @@ fn check(label: &str, got: Vec<f32>, want: Vec<f32>, tol: f32) {
     );
 }
 
-const DTYPES: [(DType, f32); 3] = [(DType::F32, 2e-5), (DType::BF16, 2e-2), (DType::F16, 4e-3)];
+pub(super) const DTYPES: [(DType, f32); 3] =
+    [(DType::F32, 2e-5), (DType::BF16, 2e-2), (DType::F16, 4e-3)];
 
-fn rms_norm_ref<const D: usize>(x: Tensor<R, D>, w: Tensor<R, 1>, eps: f64) -> Tensor<R, D> {
+pub(super) fn rms_norm_ref<const D: usize>(
+    x: Tensor<R, D>,
+    w: Tensor<R, 1>,
+    eps: f64,
+) -> Tensor<R, D> {
     let ms = x.clone().square().mean_dim(D - 1);
     x / (ms + eps).sqrt() * w.unsqueeze::<D>()
 }
@@ -97,7 +102,7 @@ fn add_rms_norm_matches_the_composed_ops() {
 }
 
 /// Rotate-half RoPE of `x` (`[1, heads, seq, d]`) at positions `offset..`, in f32.
-fn rope_ref(x: Tensor<R, 4>, freqs: &[f64], offset: usize) -> Tensor<R, 4> {
+pub(super) fn rope_ref(x: Tensor<R, 4>, freqs: &[f64], offset: usize) -> Tensor<R, 4> {
     let [_, _, seq, d] = x.dims();
     let half = d / 2;
     let dev = NdArrayDevice::Cpu;
@@ -122,7 +127,7 @@ fn rope_ref(x: Tensor<R, 4>, freqs: &[f64], offset: usize) -> Tensor<R, 4> {
 
 /// The query, key and value heads of a reference QKV output (`[rows, (hq + 2·hkv)·d]`, laid out
 /// by `heads`), the query and key heads RMS-normalized with `norms` where given.
-fn heads_ref(
+pub(super) fn heads_ref(
     qkv: Tensor<R, 2>,
     [hq, hkv, d]: [usize; 3],
     heads: impl Fn(Tensor<R, 2>, usize) -> Tensor<R, 4>,
@@ -338,7 +343,7 @@ const PROJECTION_CASES: [(usize, usize, usize); 4] = [
 /// The tolerance of a fused projection of `rows` rows of `input` values: the dtype's, or the
 /// suite's TF32 bound ([`device_tol`]) where the composed ops run the product on CUDA in f32 (more
 /// rows than the kernels take, or more than the 32 KiB of input rows they stage).
-fn projection_tol(dtype: DType, tol: f32, rows: usize, input: usize) -> f32 {
+pub(super) fn projection_tol(dtype: DType, tol: f32, rows: usize, input: usize) -> f32 {
     let composed = rows > decode::MAX_FUSED_ROWS || rows * input * 4 > 32 * 1024;
     if !composed {
         return tol;
@@ -519,7 +524,12 @@ const TAIL_CASES: [(usize, usize, usize, usize, usize, usize); 4] = [
 ];
 
 /// One query's attention over the first `len` positions of a joint cache, `[1, hq·d]`.
-fn joint_attention_ref(q: Tensor<R, 4>, kv: Tensor<R, 4>, len: usize, scale: f64) -> Tensor<R, 2> {
+pub(super) fn joint_attention_ref(
+    q: Tensor<R, 4>,
+    kv: Tensor<R, 4>,
+    len: usize,
+    scale: f64,
+) -> Tensor<R, 2> {
     let [_, hq, _, d] = q.dims();
     let hkv = kv.dims()[1] / 2;
     let k = kv.clone().narrow(1, 0, hkv).narrow(2, 0, len);
@@ -527,6 +537,25 @@ fn joint_attention_ref(q: Tensor<R, 4>, kv: Tensor<R, 4>, len: usize, scale: f64
     let q = q.reshape([1, hkv, hq / hkv, d]);
     let scores = q.matmul(k.swap_dims(2, 3)) * scale;
     softmax(scores, 3).matmul(v).reshape([1, hq * d])
+}
+
+/// A pre-norm block's decode step after the cache write, in f32 on burn-ndarray: attention of `q`
+/// over the first `len` positions of the joint cache `kv`, the output projection `wo` and the
+/// residual `x`, the RMS norm `g`, the SwiGLU MLP (`wgu`, `wd`) and its residual; `[1, hidden]`.
+pub(super) fn block_ref(
+    [q, kv]: [&Tensor<R, 4>; 2],
+    x: &Tensor<R, 2>,
+    [wo, wgu, wd]: [&Tensor<R, 2>; 3],
+    g: &Tensor<R, 1>,
+    len: usize,
+    scale: f64,
+) -> Tensor<R, 2> {
+    let width = wd.dims()[0];
+    let attended = joint_attention_ref(q.clone(), kv.clone(), len, scale);
+    let h = x.clone() + attended.matmul(wo.clone());
+    let gu = rms_norm_ref(h.clone(), g.clone(), 1e-6).matmul(wgu.clone());
+    let (gv, u) = (gu.clone().narrow(1, 0, width), gu.narrow(1, width, width));
+    h + (gv.clone() * sigmoid(gv) * u).matmul(wd.clone())
 }
 
 /// A tensor on the test device and its burn-ndarray copy.
@@ -610,11 +639,14 @@ fn attention_mlp_matches_the_composed_ops() {
                 );
                 // And against burn-ndarray in f32: four ops rounded to the dtype, so four times a
                 // projection's tolerance (the composed path on the CPU stays within one).
-                let attended = joint_attention_ref(q_r.clone(), kv_r.clone(), len, scale);
-                let h = x_r.clone() + attended.matmul(wo_r.clone());
-                let gu = rms_norm_ref(h.clone(), g_r.clone(), 1e-6).matmul(wgu_r.clone());
-                let (gv, u) = (gu.clone().narrow(1, 0, width), gu.narrow(1, width, width));
-                let want = h + (gv.clone() * sigmoid(gv) * u).matmul(wd_r.clone());
+                let want = block_ref(
+                    [&q_r, &kv_r],
+                    &x_r,
+                    [&wo_r, &wgu_r, &wd_r],
+                    &g_r,
+                    len,
+                    scale,
+                );
                 check(
                     &format!("{label} ({how} length)"),
                     fused.clone(),
@@ -672,10 +704,10 @@ fn attention_mlp_qkv_matches_the_composed_ops() {
             let next = decode::NormQkv {
                 norm: &g2,
                 eps: 1e-6,
-                dense: decode::Dense {
+                layer: decode::Linear::Dense(decode::Dense {
                     weight: &wqkv,
                     bias: bias.then_some(&b2),
-                },
+                }),
                 layout,
                 qk_norms: norm.then_some((&qw, &kw)),
                 qk_eps: 1e-6,

@@ -18,6 +18,7 @@ mod autodiff_ops;
 mod backend_smoke;
 mod bool_ops;
 mod decode;
+mod decode_quantized;
 mod errors;
 mod export;
 mod float_ops;

@@ -206,14 +206,20 @@ impl<B: Backend> Linear<B> {
         }
     }
 
-    /// The layer as [`decode::Dense`] (`[in, out]` and the bias) when its weight is dense and it
-    /// has no low-rank update: what the fused decode-step kernels take.
-    fn dense(&self) -> Option<decode::Dense<'_, B>> {
+    /// The layer as [`decode::Linear`] (its dense `[in, out]` or quantized weight, and the bias)
+    /// when it has no low-rank update: what the fused decode-step kernels take.
+    fn decode_layer(&self) -> Option<decode::Linear<'_, B>> {
+        let bias = self.bias.as_ref();
         match (&self.weight, &self.lora) {
-            (Weight::Dense(w_t), None) => Some(decode::Dense {
-                weight: w_t,
-                bias: self.bias.as_ref(),
-            }),
+            (Weight::Dense(w_t), None) => {
+                Some(decode::Linear::Dense(decode::Dense { weight: w_t, bias }))
+            }
+            (Weight::Quantized(matrix), None) => {
+                Some(decode::Linear::Quantized(decode::Quantized {
+                    matrix,
+                    bias,
+                }))
+            }
             _ => None,
         }
     }
@@ -332,11 +338,11 @@ impl<B: Backend, const N: usize> Packed<B, N> {
         }
     }
 
-    /// The fused layer as [`decode::Dense`] (see [`Linear::dense`]); `None` when the layers are
-    /// separate.
-    fn fused_dense(&self) -> Option<decode::Dense<'_, B>> {
+    /// The fused layer as [`decode::Linear`] (see [`Linear::decode_layer`]); `None` when the
+    /// layers are separate.
+    fn fused_layer(&self) -> Option<decode::Linear<'_, B>> {
         match self {
-            Packed::Fused(layer, _) => layer.dense(),
+            Packed::Fused(layer, _) => layer.decode_layer(),
             Packed::Separate(_) => None,
         }
     }
@@ -863,19 +869,19 @@ impl<B: Backend> DecoderLayer<B> {
         })
     }
 
-    /// The layer's QKV, output, gate/up and down projections as [`decode::Dense`] when a decode
+    /// The layer's QKV, output, gate/up and down projections as [`decode::Linear`] when a decode
     /// step can run it through [`step`](Self::step): a Llama or Qwen block (pre-norm, no sliding
     /// window, no Gemma norms) whose QKV and gate/up projections are fused, every projection
-    /// dense and without a low-rank update.
-    fn step_parts(&self) -> Option<[decode::Dense<'_, B>; 4]> {
+    /// without a low-rank update (dense or quantized).
+    fn step_parts(&self) -> Option<[decode::Linear<'_, B>; 4]> {
         if self.feedforward_norms.is_some() || self.window.is_some() {
             return None;
         }
         Some([
-            self.self_attn.qkv.fused_dense()?,
-            self.self_attn.o_proj.dense()?,
-            self.mlp.gate_up.fused_dense()?,
-            self.mlp.down_proj.dense()?,
+            self.self_attn.qkv.fused_layer()?,
+            self.self_attn.o_proj.decode_layer()?,
+            self.mlp.gate_up.fused_layer()?,
+            self.mlp.down_proj.decode_layer()?,
         ])
     }
 
@@ -893,7 +899,7 @@ impl<B: Backend> DecoderLayer<B> {
         Some(decode::NormQkv {
             norm: &self.input_layernorm.weight,
             eps: self.input_layernorm.eps,
-            dense: qkv,
+            layer: qkv,
             layout: QkvLayout {
                 heads: attn.num_heads,
                 kv_heads: attn.num_kv_heads,
@@ -931,7 +937,8 @@ impl<B: Backend> DecoderLayer<B> {
             (self.step_parts(), self.qkv_step(rope, at))
         else {
             return Err(LlmError::Input(
-                "DecoderLayer::step: the block has no fused, dense projections".into(),
+                "DecoderLayer::step: the block has no fused projections free of low-rank updates"
+                    .into(),
             ));
         };
         let scale = 1.0 / (own.layout.head_dim as f64).sqrt();
