@@ -208,6 +208,23 @@ const ATTENTION_MLP: &str = r#"
   float* parts = work;
   T* hbuf = reinterpret_cast<T*>(work + H_OFF);
   T* abuf = reinterpret_cast<T*>(work + A_OFF);
+  const auto mo = bm_mat_of<T, Q, GS, KA>(wo, wo_strides, wo_scales, wo_biases);
+  const auto mgu = bm_mat_of<T, Q, GS, K>(wgu, wgu_strides, wgu_scales, wgu_biases);
+  const auto md = bm_mat_of<T, Q, GS, I>(wd, wd_strides, wd_scales, wd_biases);
+  const int part = bm_split_part<WARPS, SPLIT>();
+
+  // Every weight this warp reads in the phases below is asked of L2 now, so that DRAM serves
+  // them during the attention and the barriers, and each phase reads L2 instead of waiting on
+  // DRAM one round of loads at a time.
+  {
+    const long first = bm_split_first<WARPS, SPLIT>();
+    const long cols = (long)G * (WARPS / SPLIT);
+    int pf = bm_prefetch_columns(mo, first, 1, cols, K, part * (KA / SPLIT), KA / SPLIT, 0);
+    pf = bm_prefetch_columns(mgu, gw, 1, GW, I, 0, K, pf);
+    pf = bm_prefetch_columns(mgu, gw + I, 1, GW, 2 * I, 0, K, pf);
+    pf = bm_prefetch_columns(md, first, 1, cols, K, part * (I / SPLIT), I / SPLIT, pf);
+    BM_NEXT_PREFETCH(pf);
+  }
 
   // Attention: block item = (query head, split of the positions); each warp takes U positions
   // at a time with an online softmax; the block's warps are combined into one partial.
@@ -229,6 +246,11 @@ const ATTENTION_MLP: &str = r#"
       const long ks = kv_strides[2], es = kv_strides[3];
       const T* kb = kv + kvh * kv_strides[1] + lane * E * es;
       const T* vb = kv + (HKV + kvh) * kv_strides[1] + lane * E * es;
+      // The item's keys and values, asked of L2 at once (the values are read after the keys).
+      if (warp == 0 && lane < 2 && hi > lo && es == 1 && ks == D) {
+        const T* rows = kv + (lane == 0 ? kvh : HKV + kvh) * kv_strides[1] + (long)lo * ks;
+        bm_prefetch(rows, (long)(hi - lo) * D * (long)sizeof(T));
+      }
       float m = NEG_INF, l = 0.f;
       float acc[E];
 #pragma unroll
@@ -262,11 +284,7 @@ const ATTENTION_MLP: &str = r#"
   }
   // Each phase's first weight columns are loaded before the barrier ahead of it (the weights do
   // not depend on what the barrier waits for), so their latency hides the barrier's.
-  const auto mo = bm_mat_of<T, Q, GS, KA>(wo, wo_strides, wo_scales, wo_biases);
-  const auto mgu = bm_mat_of<T, Q, GS, K>(wgu, wgu_strides, wgu_scales, wgu_biases);
-  const auto md = bm_mat_of<T, Q, GS, I>(wd, wd_strides, wd_scales, wd_biases);
   uint4 wv_o[1][8];
-  const int part = bm_split_part<WARPS, SPLIT>();
   bm_preload<T, Q, GS, KA / SPLIT, 1, 8>(bm_mat_skip(mo, (long)part * (KA / SPLIT)),
                                          bm_split_first<WARPS, SPLIT>(), 0, K, wv_o);
   bm_grid_sync(bar);
@@ -393,6 +411,15 @@ const NEXT_QKV: &str = r#"
     }
   }
 "#;
+
+/// `BM_NEXT_PREFETCH(pf)` in [`ATTENTION_MLP`] with [`NEXT_QKV`] after it: the L2 prefetch of the
+/// QKV weight columns this warp reads (two at a time, `GW·2` apart).
+const NEXT_PREFETCH: &str = "#define BM_NEXT_PREFETCH(pf) bm_prefetch_columns(\
+bm_mat_of<T, Q, GS, K>(wqkv, wqkv_strides, wqkv_scales, wqkv_biases), gw * 2, 2, GW * 2, \
+(long)(HQ + 2 * HKV) * D, 0, K, pf)\n";
+
+/// `BM_NEXT_PREFETCH(pf)` in [`ATTENTION_MLP`] alone: nothing.
+const NO_NEXT_PREFETCH: &str = "#define BM_NEXT_PREFETCH(pf)\n";
 
 /// Whether `BURN_MLX_DECODE_GRID` leaves the kernel on (it is unless set to `0`).
 fn grid_kernel_on() -> bool {
@@ -570,8 +597,8 @@ fn launch(
     };
     // The source is read only on the kernel's first use in the process.
     let source = || match next {
-        None => ATTENTION_MLP.to_string(),
-        Some(_) => format!("{ATTENTION_MLP}{NEXT_QKV}"),
+        None => format!("{NO_NEXT_PREFETCH}{ATTENTION_MLP}"),
+        Some(_) => format!("{NEXT_PREFETCH}{ATTENTION_MLP}{NEXT_QKV}"),
     };
     kernel::with_strided_kernel(
         name,
