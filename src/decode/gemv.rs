@@ -11,7 +11,11 @@
 //!
 //! The weights come as Burn's `[in, out]` view of the stored `[out, in]` matrix, read in place
 //! through their strides (the kernels are made without `ensure_row_contiguous`); another layout
-//! is read element by element, correctly but slowly. Every value is rounded to the dtype where
+//! is read element by element, correctly but slowly. A quantized weight (MLX's affine format: 4- or
+//! 8-bit values packed into `u32` words along each stored row, a scale and a bias per group of 32,
+//! 64 or 128) is read the same way, a 16-byte piece of packed values per load, and each piece's
+//! sum is `scale · Σ x·u + bias · Σ x` (a piece lies within one group); the template arguments `Q`
+//! (bits, 0 for a dense weight) and `GS` (the group size) pick the reading. Every value is rounded to the dtype where
 //! the composed ops round it (after the product, the bias, the norm), so the results match them
 //! within the dtype's rounding.
 

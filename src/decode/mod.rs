@@ -27,7 +27,9 @@
 //! CUDA too.
 //!
 //! Positions and lengths come as [`At`]: a host integer, or an integer tensor on the device,
-//! which a traced fixed-shape step reads at run time.
+//! which a traced fixed-shape step reads at run time. Projections come as [`Linear`]: a
+//! [`Dense`] weight or a [`Quantized`] one (MLX's 4- and 8-bit affine groups), which the kernels
+//! read in place.
 
 mod cuda;
 mod gemv;

@@ -14,6 +14,11 @@
 //! kernel (`src/decode/gemv.rs`); everywhere else they are the composed ops ([`rms_norm`], a
 //! matrix product, [`super::qkv_heads`], [`super::gated`]), with the same results within the
 //! dtype's rounding.
+//!
+//! Each takes its layer as a [`Linear`]: [`Dense`] (a weight tensor) or [`Quantized`] (a
+//! [`QuantizedMatrix`]). The kernels read a quantized weight's packed values in place, so a
+//! quantized model's decode step is as few kernels as a dense one's; the composed path multiplies
+//! through MLX's quantized matmul.
 
 use super::gemv::{self, Mat, Projection};
 use super::{array_of, gated, heads, kernel_input, At, Gate, QkvLayout};
