@@ -334,6 +334,9 @@ __device__ void bm_mat_dot(const bm_mat<T, Q, GS>& m, long n, long dc, const T* 
     for (int r = 0; r < R; ++r) acc[c][r] = 0.f;
   }
   if (vec) {
+    // Not unrolled: a later round's loads hoisted above this one's sums would hold twice the
+    // registers, past what 16 warps a block may have.
+#pragma unroll 1
     for (int i0 = 0; i0 < ITERS; i0 += CH) {
       if (i0 > 0) bm_mat_load<T, Q, GS, K, C, CH>(m, n, dc, i0, wv);
 #pragma unroll
