@@ -194,49 +194,6 @@ __device__ __forceinline__ float bm_mat_at(const bm_mat<T, Q, GS>& m, long col, 
   return static_cast<float>(m.s[gi]) * static_cast<float>(u) + static_cast<float>(m.b[gi]);
 }
 
-// Asks L2 to fetch `bytes` from `p` ahead of their use (sm_90's bulk prefetch: one instruction a
-// range, no registers held); nothing where the range is not whole aligned 16-byte pieces, or
-// below sm_90.
-__device__ __forceinline__ void bm_prefetch(const void* p, long bytes) {
-#if __CUDA_ARCH__ >= 900
-  if (bytes > 0 && bytes % 16 == 0 && (reinterpret_cast<size_t>(p) & 15) == 0) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes)
-                 : "memory");
-  }
-#endif
-}
-
-// bm_prefetch of values [off, off + count) of column `col` of `m`, with their scales and biases
-// when quantized (a dense column must be contiguous).
-template <typename T, int Q, int GS>
-__device__ __forceinline__ void bm_mat_prefetch(const bm_mat<T, Q, GS>& m, long col, long off,
-                                                long count) {
-  constexpr int QB = Q == 0 ? 32 : Q;
-  if (Q == 0) {
-    if (m.wk == 1) bm_prefetch(static_cast<const T*>(m.w) + col * m.wn + off, count * sizeof(T));
-    return;
-  }
-  bm_prefetch(static_cast<const uint32_t*>(m.w) + col * m.wn + off * QB / 32, count * QB / 8);
-  bm_prefetch(m.s + col * m.gn + off / GS, count / GS * (long)sizeof(T));
-  bm_prefetch(m.b + col * m.gn + off / GS, count / GS * (long)sizeof(T));
-}
-
-// bm_mat_prefetch of values [off, off + count) of columns n0 + c (c < C) for n0 = first,
-// first + step, ... while below N, each from the next lane of the warp after `pf`; returns the
-// lane count to go on from.
-template <typename T, int Q, int GS>
-__device__ __forceinline__ int bm_prefetch_columns(const bm_mat<T, Q, GS>& m, long first, int C,
-                                                   long step, long N, long off, long count,
-                                                   int pf) {
-  const int lane = threadIdx.x & 31;
-  for (long n0 = first; n0 < N; n0 += step) {
-    for (int c = 0; c < C; ++c, ++pf) {
-      if (n0 + c < N && lane == pf % 32) bm_mat_prefetch(m, n0 + c, off, count);
-    }
-  }
-  return pf;
-}
-
 // Loads the 16-byte pieces i0 .. i0 + CH of columns n, n + dc, ... (C of them) of `m`; piece i
 // of a column holds, for this lane, values i*32*V + lane*V .. + V.
 template <typename T, int Q, int GS, int K, int C, int CH>

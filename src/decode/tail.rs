@@ -213,19 +213,6 @@ const ATTENTION_MLP: &str = r#"
   const auto md = bm_mat_of<T, Q, GS, I>(wd, wd_strides, wd_scales, wd_biases);
   const int part = bm_split_part<WARPS, SPLIT>();
 
-  // Every weight this warp reads in the phases below is asked of L2 now, so that DRAM serves
-  // them during the attention and the barriers, and each phase reads L2 instead of waiting on
-  // DRAM one round of loads at a time.
-  if (PREFETCH) {
-    const long first = bm_split_first<WARPS, SPLIT>();
-    const long cols = (long)G * (WARPS / SPLIT);
-    int pf = bm_prefetch_columns(mo, first, 1, cols, K, part * (KA / SPLIT), KA / SPLIT, 0);
-    pf = bm_prefetch_columns(mgu, gw, 1, GW, I, 0, K, pf);
-    pf = bm_prefetch_columns(mgu, gw + I, 1, GW, 2 * I, 0, K, pf);
-    pf = bm_prefetch_columns(md, first, 1, cols, K, part * (I / SPLIT), I / SPLIT, pf);
-    BM_NEXT_PREFETCH(pf);
-  }
-
   // Attention: block item = (query head, split of the positions); each warp takes U positions
   // at a time with an online softmax; the block's warps are combined into one partial.
   {
@@ -246,11 +233,6 @@ const ATTENTION_MLP: &str = r#"
       const long ks = kv_strides[2], es = kv_strides[3];
       const T* kb = kv + kvh * kv_strides[1] + lane * E * es;
       const T* vb = kv + (HKV + kvh) * kv_strides[1] + lane * E * es;
-      // The item's keys and values, asked of L2 at once (the values are read after the keys).
-      if (PREFETCH && warp == 0 && lane < 2 && hi > lo && es == 1 && ks == D) {
-        const T* rows = kv + (lane == 0 ? kvh : HKV + kvh) * kv_strides[1] + (long)lo * ks;
-        bm_prefetch(rows, (long)(hi - lo) * D * (long)sizeof(T));
-      }
       float m = NEG_INF, l = 0.f;
       float acc[E];
 #pragma unroll
@@ -412,33 +394,11 @@ const NEXT_QKV: &str = r#"
   }
 "#;
 
-/// `BM_NEXT_PREFETCH(pf)` in [`ATTENTION_MLP`] with [`NEXT_QKV`] after it: the L2 prefetch of the
-/// QKV weight columns this warp reads (two at a time, `GW·2` apart).
-const NEXT_PREFETCH: &str = "#define BM_NEXT_PREFETCH(pf) bm_prefetch_columns(\
-bm_mat_of<T, Q, GS, K>(wqkv, wqkv_strides, wqkv_scales, wqkv_biases), gw * 2, 2, GW * 2, \
-(long)(HQ + 2 * HKV) * D, 0, K, pf)\n";
-
-/// `BM_NEXT_PREFETCH(pf)` in [`ATTENTION_MLP`] alone: nothing.
-const NO_NEXT_PREFETCH: &str = "#define BM_NEXT_PREFETCH(pf)\n";
-
-/// Two of the kernel's choices, on unless the environment turns them off (for measuring each
-/// against the kernel without it): `BURN_MLX_DECODE_SPLIT=0` gives every column of the output
-/// and down projections one warp ([`column_split`]), `BURN_MLX_DECODE_PREFETCH=0` leaves out the
-/// L2 prefetch at the kernel's start.
-struct Tuning {
-    split: bool,
-    prefetch: bool,
-}
-
-fn tuning() -> &'static Tuning {
-    static TUNING: OnceLock<Tuning> = OnceLock::new();
-    TUNING.get_or_init(|| {
-        let on = |name: &str| std::env::var(name).map_or(true, |v| v != "0");
-        Tuning {
-            split: on("BURN_MLX_DECODE_SPLIT"),
-            prefetch: on("BURN_MLX_DECODE_PREFETCH"),
-        }
-    })
+/// Whether `BURN_MLX_DECODE_SPLIT` leaves [`column_split`] on (it is unless set to `0`, which
+/// gives every column one warp: for measuring the split against the kernel without it).
+fn split_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("BURN_MLX_DECODE_SPLIT").map_or(true, |v| v != "0"))
 }
 
 /// Whether `BURN_MLX_DECODE_GRID` leaves the kernel on (it is unless set to `0`).
@@ -533,7 +493,7 @@ fn launch(
     let y_shape = dims_i32(&[1, s.k]);
     let work_shape = dims_i32(&[work]);
     let [q, gs] = a.wo.template_args();
-    let (split, prefetch) = (column_split(s, blocks, a.wo), tuning().prefetch);
+    let split = column_split(s, blocks, a.wo);
     let mut targs = vec![
         TemplateArg::Dtype("T", dtype),
         q,
@@ -549,7 +509,6 @@ fn launch(
         TemplateArg::Int("GELU", gelu as i32),
         TemplateArg::Int("WARPS", WARPS as i32),
         TemplateArg::Int("SPLIT", split as i32),
-        TemplateArg::Int("PREFETCH", prefetch as i32),
     ];
     let grid = [(blocks * WARPS * 32) as i32, 1, 1];
     let block = [(WARPS * 32) as i32, 1, 1];
@@ -618,8 +577,8 @@ fn launch(
     };
     // The source is read only on the kernel's first use in the process.
     let source = || match next {
-        None => format!("{NO_NEXT_PREFETCH}{ATTENTION_MLP}"),
-        Some(_) => format!("{NEXT_PREFETCH}{ATTENTION_MLP}{NEXT_QKV}"),
+        None => ATTENTION_MLP.to_string(),
+        Some(_) => format!("{ATTENTION_MLP}{NEXT_QKV}"),
     };
     kernel::with_strided_kernel(
         name,
@@ -645,7 +604,7 @@ fn column_split(s: &Sizes, blocks: usize, w: &Mat) -> usize {
         Mat::Quantized { group, .. } => *group as usize,
     };
     let halves = |n: usize| n.is_multiple_of(2 * unit);
-    if tuning().split && 2 * s.k <= blocks * WARPS && halves(s.hq * s.d) && halves(s.i) {
+    if split_on() && 2 * s.k <= blocks * WARPS && halves(s.hq * s.d) && halves(s.i) {
         2
     } else {
         1
