@@ -106,70 +106,23 @@ __device__ __forceinline__ void bm_preload(const bm_mat<T, Q, GS>& m, long first
   }
 }
 
-// With SPLIT warps of a block sharing each column of a projection (each taking KK/SPLIT of its
-// values), the first column of this warp, and which part of the column it takes.
-template <int WARPS, int SPLIT>
-__device__ __forceinline__ long bm_split_first() {
-  return (long)blockIdx.x * (WARPS / SPLIT) + (threadIdx.x >> 5) % (WARPS / SPLIT);
-}
-template <int WARPS, int SPLIT>
-__device__ __forceinline__ int bm_split_part() {
-  return (threadIdx.x >> 5) / (WARPS / SPLIT);
-}
-
-// `m` without its first `off` values of every column (off a multiple of GS when quantized).
-template <typename T, int Q, int GS>
-__device__ __forceinline__ bm_mat<T, Q, GS> bm_mat_skip(bm_mat<T, Q, GS> m, long off) {
-  constexpr int QB = Q == 0 ? 32 : Q;
-  if (Q == 0) {
-    m.w = static_cast<const T*>(m.w) + off * m.wk;
-  } else {
-    m.w = static_cast<const uint32_t*>(m.w) + off * QB / 32;
-    m.s += off / GS;
-    m.b += off / GS;
-  }
-  return m;
-}
-
-// out[n] = T(res[n·rs] + T(xs · column n of m)) (rounded as linear_add rounds) for the N columns
-// of `m` (KK values each), WARPS / SPLIT columns a block at a time, each column shared by SPLIT
-// of the block's warps (bm_split_first, bm_split_part) whose sums meet in `s_part` ([WARPS]);
-// the first column's weights are in `wv` (bm_preload of the warp's part). With RES_L2 the
-// residual was written by other blocks of the grid.
-template <typename T, int Q, int GS, int KK, int N, bool RES_L2, int SPLIT, int WARPS>
+// out[n] = T(res[n·rs] + T(xs · column n of m)) (rounded as linear_add rounds) for the columns
+// n = gw, gw + GW, ... below N of `m` (KK values a column), one warp each; the first column's
+// weights are in `wv` (bm_preload). With RES_L2 the residual was written by other blocks of the
+// grid.
+template <typename T, int Q, int GS, int KK, int N, bool RES_L2>
 __device__ void bm_columns_add(const bm_mat<T, Q, GS>& m, const T* xs, const T* res, long rs,
-                               T* out, uint4 (&wv)[1][8], float* s_part) {
-  constexpr int COLS = WARPS / SPLIT;
-  constexpr int KS = KK / SPLIT;
-  const int warp = threadIdx.x >> 5;
-  const int part = bm_split_part<WARPS, SPLIT>();
-  const auto mp = bm_mat_skip(m, (long)part * KS);
-  const T* xp = xs + part * KS;
-  const long first = bm_split_first<WARPS, SPLIT>();
-  // Every warp of the block runs the same iterations (the parts meet at block barriers).
-  for (long base = (long)blockIdx.x * COLS; base < N; base += (long)gridDim.x * COLS) {
-    const long n = base + warp % COLS;
-    const bool live = n < N;
-    float acc[1][1] = {{0.f}};
-    if (live) {
-      const bool vec = bm_mat_vec<T, Q, GS, KS>(mp, n, 0);
-      if (vec && n != first) bm_mat_load<T, Q, GS, KS, 1, 8>(mp, n, 0, 0, wv);
-      bm_mat_dot<T, Q, GS, 1, KS, 1, 8>(mp, n, 0, xp, vec, wv, acc);
-    }
-    if (SPLIT > 1) {
-      if (part > 0 && (threadIdx.x & 31) == 0) s_part[warp] = acc[0][0];
-      __syncthreads();
-      if (part == 0) {
-#pragma unroll
-        for (int p = 1; p < SPLIT; ++p) acc[0][0] += s_part[warp + p * COLS];
-      }
-    }
-    if (part == 0 && live && (threadIdx.x & 31) == 0) {
+                               T* out, uint4 (&wv)[1][8], long gw, long GW) {
+  for (long n = gw; n < N; n += GW) {
+    const bool vec = bm_mat_vec<T, Q, GS, KK>(m, n, 0);
+    if (vec && n != gw) bm_mat_load<T, Q, GS, KK, 1, 8>(m, n, 0, 0, wv);
+    float acc[1][1];
+    bm_mat_dot<T, Q, GS, 1, KK, 1, 8>(m, n, 0, xs, vec, wv, acc);
+    if ((threadIdx.x & 31) == 0) {
       const float v = static_cast<float>(static_cast<T>(acc[0][0]));
       const float r = static_cast<float>(RES_L2 ? bm_ldcg(res + n * rs) : res[n * rs]);
       out[n] = static_cast<T>(r + v);
     }
-    if (SPLIT > 1) __syncthreads();
   }
 }
 "#;
@@ -178,8 +131,6 @@ __device__ void bm_columns_add(const bm_mat<T, Q, GS>& m, const T* xs, const T* 
 /// `h = x + attention(q, kv[..len])·Wo`, for one position (`x` `[1, K]`, `q` `[1, HQ, 1, D]`,
 /// `kv` `[1, 2·HKV, cap, D]`, keys then values). Blocks of `WARPS` warps; `work` holds the
 /// attention's partial softmaxes (`HQ·S` of `D + 2` floats), then `h` and the activation in `T`.
-/// The output and down projections (`K` columns each, fewer than the grid's warps) give each
-/// column `SPLIT` warps, each summing a part of its values.
 const ATTENTION_MLP: &str = r#"
   constexpr int E = D / 32;
   constexpr int U = 4;
@@ -192,7 +143,6 @@ const ATTENTION_MLP: &str = r#"
   __shared__ __align__(16) T xs[STAGE];
   __shared__ float red[32];
   __shared__ float s_m[WARPS];
-  __shared__ float s_part[WARPS];
   __shared__ float s_l[WARPS];
   __shared__ float s_acc[WARPS][D];
   __shared__ float s_pm[HQ * S];
@@ -211,7 +161,6 @@ const ATTENTION_MLP: &str = r#"
   const auto mo = bm_mat_of<T, Q, GS, KA>(wo, wo_strides, wo_scales, wo_biases);
   const auto mgu = bm_mat_of<T, Q, GS, K>(wgu, wgu_strides, wgu_scales, wgu_biases);
   const auto md = bm_mat_of<T, Q, GS, I>(wd, wd_strides, wd_scales, wd_biases);
-  const int part = bm_split_part<WARPS, SPLIT>();
 
   // Attention: block item = (query head, split of the positions); each warp takes U positions
   // at a time with an online softmax; the block's warps are combined into one partial.
@@ -267,8 +216,7 @@ const ATTENTION_MLP: &str = r#"
   // Each phase's first weight columns are loaded before the barrier ahead of it (the weights do
   // not depend on what the barrier waits for), so their latency hides the barrier's.
   uint4 wv_o[1][8];
-  bm_preload<T, Q, GS, KA / SPLIT, 1, 8>(bm_mat_skip(mo, (long)part * (KA / SPLIT)),
-                                         bm_split_first<WARPS, SPLIT>(), 0, K, wv_o);
+  bm_preload<T, Q, GS, KA, 1, 8>(mo, gw, 0, K, wv_o);
   bm_grid_sync(bar);
 
   // The heads' outputs (every block combines the splits itself), then h = x + out·Wo.
@@ -302,8 +250,7 @@ const ATTENTION_MLP: &str = r#"
     xs[idx] = static_cast<T>(num / s_hd[h]);
   }
   __syncthreads();
-  bm_columns_add<T, Q, GS, KA, K, false, SPLIT, WARPS>(mo, xs, x, x_strides[1], hbuf, wv_o,
-                                                       s_part);
+  bm_columns_add<T, Q, GS, KA, K, false>(mo, xs, x, x_strides[1], hbuf, wv_o, gw, GW);
   uint4 wv_gu[2][4];
   bm_preload<T, Q, GS, K, 2, 4>(mgu, gw, I, I, wv_gu);
   bm_grid_sync(bar);
@@ -328,13 +275,12 @@ const ATTENTION_MLP: &str = r#"
     }
   }
   uint4 wv_d[1][8];
-  bm_preload<T, Q, GS, I / SPLIT, 1, 8>(bm_mat_skip(md, (long)part * (I / SPLIT)),
-                                        bm_split_first<WARPS, SPLIT>(), 0, K, wv_d);
+  bm_preload<T, Q, GS, I, 1, 8>(md, gw, 0, K, wv_d);
   bm_grid_sync(bar);
 
   // y = h + act·Wd.
   bm_stage_shared<T, I, false>(abuf, g, 0, 0.f, xs, red);
-  bm_columns_add<T, Q, GS, I, K, true, SPLIT, WARPS>(md, xs, hbuf, 1, y, wv_d, s_part);
+  bm_columns_add<T, Q, GS, I, K, true>(md, xs, hbuf, 1, y, wv_d, gw, GW);
 "#;
 
 /// Appended to [`ATTENTION_MLP`] by [`attention_mlp_qkv`]: the next block's query, key and value
@@ -394,13 +340,6 @@ const NEXT_QKV: &str = r#"
   }
 "#;
 
-/// Whether `BURN_MLX_DECODE_SPLIT` leaves [`column_split`] on (it is unless set to `0`, which
-/// gives every column one warp: for measuring the split against the kernel without it).
-fn split_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("BURN_MLX_DECODE_SPLIT").map_or(true, |v| v != "0"))
-}
-
 /// Whether `BURN_MLX_DECODE_GRID` leaves the kernel on (it is unless set to `0`).
 fn grid_kernel_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -432,7 +371,7 @@ fn launch_shape(s: &Sizes, dtype: Dtype) -> Option<(usize, usize)> {
     let blocks = kernel::multiprocessors()?;
     let stage = (s.hq * s.d).max(s.k).max(s.i) * size;
     let splits = (blocks / s.hq).max(1);
-    let shared = stage + (WARPS * s.d + 3 * WARPS + 32 + 2 * s.hq * splits + 2 * s.hq) * 4;
+    let shared = stage + (WARPS * s.d + 2 * WARPS + 32 + 2 * s.hq * splits + 2 * s.hq) * 4;
     let fits = s.d.is_multiple_of(32)
         && s.d <= 256
         && s.hkv > 0
@@ -493,7 +432,6 @@ fn launch(
     let y_shape = dims_i32(&[1, s.k]);
     let work_shape = dims_i32(&[work]);
     let [q, gs] = a.wo.template_args();
-    let split = column_split(s, blocks, a.wo);
     let mut targs = vec![
         TemplateArg::Dtype("T", dtype),
         q,
@@ -508,7 +446,6 @@ fn launch(
         TemplateArg::Int("EPS", eps.to_bits() as i32),
         TemplateArg::Int("GELU", gelu as i32),
         TemplateArg::Int("WARPS", WARPS as i32),
-        TemplateArg::Int("SPLIT", split as i32),
     ];
     let grid = [(blocks * WARPS * 32) as i32, 1, 1];
     let block = [(WARPS * 32) as i32, 1, 1];
@@ -593,22 +530,6 @@ fn launch(
         out.pop();
         out
     })
-}
-
-/// Warps per column of the output and down projections: two when the grid has at least twice as
-/// many warps as the projections have columns (the hidden size) and both inputs halve into whole
-/// 16-byte loads (and whole groups, when quantized); otherwise one.
-fn column_split(s: &Sizes, blocks: usize, w: &Mat) -> usize {
-    let unit = match w {
-        Mat::Dense(_) => 8,
-        Mat::Quantized { group, .. } => *group as usize,
-    };
-    let halves = |n: usize| n.is_multiple_of(2 * unit);
-    if split_on() && 2 * s.k <= blocks * WARPS && halves(s.hq * s.d) && halves(s.i) {
-        2
-    } else {
-        1
-    }
 }
 
 /// The first entry of [`counters`] that [`NEXT_QKV`] counts heads in (below it: the barrier and
