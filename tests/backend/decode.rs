@@ -101,6 +101,13 @@ fn add_rms_norm_matches_the_composed_ops() {
     }
 }
 
+/// The inverse frequencies of RoPE with base 10,000 for heads of `d`.
+pub(super) fn rope_freqs(d: usize) -> Vec<f64> {
+    (0..d / 2)
+        .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
+        .collect()
+}
+
 /// Rotate-half RoPE of `x` (`[1, heads, seq, d]`) at positions `offset..`, in f32.
 pub(super) fn rope_ref(x: Tensor<R, 4>, freqs: &[f64], offset: usize) -> Tensor<R, 4> {
     let [_, _, seq, d] = x.dims();
@@ -163,9 +170,7 @@ fn qkv_heads_match_the_composed_ops() {
                         let (qkv, qkv_r) = pair([batch * seq, layout.width()], 4, dtype, 2.0);
                         let (qw, qw_r) = pair([d], 5, dtype, 1.0);
                         let (kw, kw_r) = pair([d], 6, dtype, 1.0);
-                        let freqs: Vec<f64> = (0..d / 2)
-                            .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
-                            .collect();
+                        let freqs = rope_freqs(d);
                         let rope = RotaryEmbedding::<Mlx>::new(&freqs, &device());
                         let norms = norm.then_some((&qw, &kw));
                         let [q, k, v] = decode::qkv_heads(
@@ -451,9 +456,7 @@ fn norm_qkv_heads_match_the_composed_ops() {
             let (b, b_r) = pair([width], 22, dtype, 0.5);
             let (qw, qw_r) = pair([d], 23, dtype, 1.0);
             let (kw, kw_r) = pair([d], 24, dtype, 1.0);
-            let freqs: Vec<f64> = (0..d / 2)
-                .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
-                .collect();
+            let freqs = rope_freqs(d);
             let rope = RotaryEmbedding::<Mlx>::new(&freqs, &device());
             let dense = decode::Dense {
                 weight: &w,
@@ -684,9 +687,7 @@ fn attention_mlp_qkv_matches_the_composed_ops() {
         let (b2, b2_r) = pair([layout.width()], 40, dtype, 0.5);
         let (qw, qw_r) = pair([d], 41, dtype, 1.0);
         let (kw, kw_r) = pair([d], 42, dtype, 1.0);
-        let freqs: Vec<f64> = (0..d / 2)
-            .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
-            .collect();
+        let freqs = rope_freqs(d);
         let rope = RotaryEmbedding::<Mlx>::new(&freqs, &device());
         let dense = |w| decode::Dense {
             weight: w,

@@ -6,8 +6,8 @@
 //! runs MLX's quantized matmul.
 
 use super::decode::{
-    block_ref, check, device, f32_rows, heads_ref, pair, projection_tol, rms_norm_ref, rope_ref,
-    DTYPES, R,
+    block_ref, check, device, f32_rows, heads_ref, pair, projection_tol, rms_norm_ref, rope_freqs,
+    rope_ref, DTYPES, R,
 };
 use burn_mlx::decode::{self, At, Gate, QkvLayout};
 use burn_mlx::fast::RotaryEmbedding;
@@ -227,10 +227,7 @@ fn quantized_attention_mlp_qkv_matches_its_dequantized_weights() {
 
 /// The rotary embedding of heads of `d` (base 10,000).
 fn rope(d: usize) -> RotaryEmbedding<Mlx> {
-    let freqs: Vec<f64> = (0..d / 2)
-        .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
-        .collect();
-    RotaryEmbedding::new(&freqs, &device())
+    RotaryEmbedding::new(&rope_freqs(d), &device())
 }
 
 /// The reference queries and joint keys/values of a QKV output `[rows, width]` (one position of
@@ -247,9 +244,7 @@ fn heads_want(
         kv_heads: hkv,
         head_dim: d,
     } = layout;
-    let freqs: Vec<f64> = (0..d / 2)
-        .map(|i| 10000f64.powf(-2.0 * i as f64 / d as f64))
-        .collect();
+    let freqs = rope_freqs(d);
     let heads = |t: Tensor<R, 2>, n: usize| t.reshape([rows, n, 1, d]);
     let [q, k, v] = heads_ref(qkv, [hq, hkv, d], heads, Some((qw, kw)));
     let rotate = |t: Tensor<R, 4>| {
