@@ -63,10 +63,10 @@ pub enum At<B: Backend> {
 }
 
 impl<B: Backend> At<B> {
-    /// The value as an MLX integer array `[1]`. A host value's array is made once and reused
+    /// The value as an MLX integer array `[1]`. A host value's array is a view into
+    /// [`position_table`] (made on the device, so no host memory is read), made once and reused
     /// while it is among the last few values asked for: every layer of a decode step reads the
-    /// same position, and an array made from host memory costs the device a copy before its
-    /// first use.
+    /// same position.
     fn array(&self) -> Array {
         match self {
             At::Host(v) => {
@@ -79,7 +79,7 @@ impl<B: Backend> At<B> {
                     if let Some((_, a)) = recent.iter().find(|(k, _)| k == v) {
                         return a.clone();
                     }
-                    let a = Array::from_slice(&[*v as i32], &[1]);
+                    let a = position_table(*v);
                     recent.insert(0, (*v, a.clone()));
                     recent.truncate(4);
                     a
@@ -92,6 +92,37 @@ impl<B: Backend> At<B> {
             }
         }
     }
+}
+
+/// `[v]` as an `int32` MLX array in device memory: element `v` of a table `0, 1, ..., n - 1`
+/// made on the device (made again, twice as long, when `v` passes its end), as a one-element
+/// view that no kernel copies.
+///
+/// Why not `Array::from_slice(&[v])`: on MLX's CUDA backend an array of 8 bytes or less made on
+/// the host lives in a small pool of managed memory, where MLX also puts every scalar the host
+/// makes. While the host builds the next step, each such write moves the pool's pages back to
+/// the host, and a kernel reading the position then stalls on a page fault: 35 us a fault on an
+/// H200, which made the fused layer kernel 2.3x slower inside a decode loop than on its own.
+fn position_table(v: usize) -> Array {
+    thread_local! {
+        static TABLE: std::cell::RefCell<Option<(usize, Array)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let make = |len: usize| {
+        let table = mlx_rs::ops::arange::<_, i32>(0, len as i32, 1)
+            .and_then(|t| t.eval().map(|()| t))
+            .or_panic("decode position table", &[]);
+        (len, table)
+    };
+    TABLE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|(len, _)| v >= *len) {
+            *slot = Some(make((v + 1).next_power_of_two().max(8192)));
+        }
+        let (_, table) = slot.as_ref().expect("made above");
+        let at = v as i32;
+        crate::native::slice(table, &[at], &[at + 1], &[1]).or_panic("decode position table", &[])
+    })
 }
 
 /// 0: not read yet; 1: off; 2: on.

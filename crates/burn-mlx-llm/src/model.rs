@@ -64,8 +64,12 @@ impl<B: Backend> RandomParams<B> {
 }
 
 impl<B: Backend> ParamSource<B> for RandomParams<B> {
+    /// Ones, as a buffer of their own like a loaded weight (not `Tensor::ones`, which on `Mlx` is
+    /// one broadcast scalar: on CUDA such a scalar sits in memory that the host's writes take
+    /// back from the GPU, and a kernel reading it stalls on the page fault).
     fn vector(&mut self, _name: &str, shape: [usize; 1]) -> Result<Tensor<B, 1>> {
-        Ok(Tensor::ones(shape, (&self.device, self.dtype)))
+        let data = TensorData::new(vec![1.0f32; shape[0]], shape);
+        Ok(Tensor::from_data(data, (&self.device, self.dtype)))
     }
 
     fn matrix(&mut self, _name: &str, shape: [usize; 2]) -> Result<Tensor<B, 2>> {
