@@ -561,3 +561,25 @@ pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
         (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
     x * (inner.tanh() + 1.0) * 0.5
 }
+
+#[cfg(test)]
+mod tests {
+    use super::position_table;
+    use crate::device::MlxDevice;
+    use mlx_rs::Dtype;
+
+    /// Each position is a one-element `int32` view holding its value, past the table's first
+    /// length (which makes it again, longer) and back below it.
+    #[test]
+    fn positions_are_views_of_the_table() {
+        MlxDevice::Cpu.scope(|| {
+            for v in [0, 1, 511, 8191, 8192, 20_000, 3] {
+                let a = position_table(v);
+                a.eval().unwrap();
+                assert_eq!(a.shape(), [1], "position {v}");
+                assert_eq!(a.dtype(), Dtype::Int32, "position {v}");
+                assert_eq!(a.as_slice::<i32>(), [v as i32], "position {v}");
+            }
+        });
+    }
+}
