@@ -108,16 +108,18 @@ fn position_table(v: usize) -> Array {
         static TABLE: std::cell::RefCell<Option<(usize, Array)>> =
             const { std::cell::RefCell::new(None) };
     }
-    let make = |len: usize| {
-        let table = mlx_rs::ops::arange::<_, i32>(0, len as i32, 1)
-            .and_then(|t| t.eval().map(|()| t))
-            .or_panic("decode position table", &[]);
-        (len, table)
-    };
     TABLE.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|(len, _)| v >= *len) {
-            *slot = Some(make((v + 1).next_power_of_two().max(8192)));
+            let len = (v + 1).next_power_of_two().max(8192);
+            // Evaluated now, so that every later step reads it as data. Where that is not
+            // allowed (inside a function MLX is tracing), the position is a host array as before.
+            let table =
+                mlx_rs::ops::arange::<_, i32>(0, len as i32, 1).and_then(|t| t.eval().map(|()| t));
+            match table {
+                Ok(t) => *slot = Some((len, t)),
+                Err(_) => return Array::from_slice(&[v as i32], &[1]),
+            }
         }
         let (_, table) = slot.as_ref().expect("made above");
         let at = v as i32;
