@@ -26,8 +26,9 @@
 //! like any MLX op; a function written to a file by [`crate::export`] gets the composed ops. `BURN_MLX_DECODE_KERNELS=0` (or [`set_kernels`]) selects the composed path on
 //! CUDA too.
 //!
-//! Positions and lengths come as [`At`]: a host integer, or an integer tensor on the device,
-//! which a traced fixed-shape step reads at run time. Projections come as [`Linear`]: a
+//! Positions and lengths come as [`At`]: a host integer (which the CUDA kernels read from a
+//! table of positions made on the device, not from host memory), or an integer tensor on the
+//! device, which a traced fixed-shape step reads at run time. Projections come as [`Linear`]: a
 //! [`Dense`] weight or a [`Quantized`] one (MLX's 4- and 8-bit affine groups), which the kernels
 //! read in place.
 
