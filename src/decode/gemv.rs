@@ -389,6 +389,18 @@ __device__ void bm_head_out(const float* src, T* dst, bool rotate, const W* w, f
     }
   }
 }
+
+// Copies the D values at `src` (just written by this warp) into row `p` of head `h` of sequence
+// `b` of a cache `[rows, heads, capacity, D]` that the kernel takes as an input (`cs`: its
+// strides, `cap`: its capacity) and writes in place; a row past the capacity is not written.
+template <typename T, int D, typename S>
+__device__ __forceinline__ void bm_cache_row(const T* src, const T* cache, const S* cs, int cap,
+                                             int b, int h, int p) {
+  __syncwarp();
+  if (p < 0 || p >= cap) return;
+  T* dst = const_cast<T*>(cache) + (long)b * cs[0] + (long)h * cs[1] + (long)p * cs[2];
+  for (int i = threadIdx.x & 31; i < D; i += 32) dst[i * cs[3]] = src[i];
+}
 "#;
 
 /// `y = res + x·W (+ b)`: `x` `[R, K]`, `W` as `[K, N]`, `res` `[R, N]`. One warp per column,
@@ -526,7 +538,9 @@ const NORM_QKV_HEADS: &str = r#"
   const int bi = warp;
   const float* src = o[bi];
   if (head >= HQ + HKV) {
-    bm_head_out<T, D, false, false>(src, V_OUT(head - HQ - HKV), false, qw, 0.f, 0.f, freqs);
+    T* dst = V_OUT(head - HQ - HKV);
+    bm_head_out<T, D, false, false>(src, dst, false, qw, 0.f, 0.f, freqs);
+    CACHE_ROW(dst, head - HQ);
     return;
   }
   const bool is_q = head < HQ;
@@ -534,6 +548,9 @@ const NORM_QKV_HEADS: &str = r#"
   T* dst = is_q ? q + ((size_t)bi * HQ + hh) * D : K_OUT(hh);
   bm_head_out<T, D, NORM, false>(src, dst, true, is_q ? qw : kw, __int_as_float(QK_EPS),
                                  static_cast<float>(pos[0]), freqs);
+  if (!is_q) {
+    CACHE_ROW(dst, hh);
+  }
 "#;
 
 /// Warps per block of [`NORM_QKV_HEADS`]. Sixteen (512 threads, at most 128 registers each)
@@ -750,7 +767,8 @@ pub(super) fn norm_gated(
 /// The query, key and value heads of `rms_norm(x, norm, eps)·w (+ bias)` for one position of
 /// each of `rows` sequences at `pos`; see [`NORM_QKV_HEADS`]. `qk_norms` are the query and key
 /// norms' weights (with `qk_eps`). With `joint`, `[q, kv]` (`kv`: `[rows, 2·hkv, 1, d]`), else
-/// `[q, k, v]`.
+/// `[q, k, v]`. With `joint` and `cache` (`[rows, 2·hkv, capacity, d]`, a buffer of its own), the
+/// keys and values are also written into `cache` at `pos`, in place.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn norm_qkv_heads(
     p: &Projection,
@@ -762,6 +780,7 @@ pub(super) fn norm_qkv_heads(
     freqs: &Array,
     pos: &Array,
     joint: bool,
+    cache: Option<&Array>,
 ) -> Result<Vec<Array>, MlxError> {
     let dtype = p.x.dtype();
     let rows = p.rows;
@@ -791,7 +810,9 @@ pub(super) fn norm_qkv_heads(
                 (&raw_shape, Dtype::Float32),
             ],
             "#define K_OUT(h) (kv + ((size_t)bi * 2 * HKV + (h)) * D)\n\
-             #define V_OUT(h) (kv + ((size_t)bi * 2 * HKV + HKV + (h)) * D)\n",
+             #define V_OUT(h) (kv + ((size_t)bi * 2 * HKV + HKV + (h)) * D)\n\
+             #define CACHE_ROW(src, h) if (CACHE) \
+               bm_cache_row<T, D>(src, kvc, kvc_strides, kvc_shape[2], bi, h, pos[0])\n",
         )
     } else {
         (
@@ -804,21 +825,31 @@ pub(super) fn norm_qkv_heads(
                 (&raw_shape, Dtype::Float32),
             ],
             "#define K_OUT(h) (k + ((size_t)bi * HKV + (h)) * D)\n\
-             #define V_OUT(h) (v + ((size_t)bi * HKV + (h)) * D)\n",
+             #define V_OUT(h) (v + ((size_t)bi * HKV + (h)) * D)\n\
+             #define CACHE_ROW(src, h)\n",
         )
     };
+    let mut names = vec![
+        "x", "g", "w", "w_scales", "w_biases", "bias", "qw", "kw", "freqs", "pos", "counts",
+    ];
+    if joint {
+        names.push("kvc");
+    }
     with_kernel(
         name,
-        &[
-            "x", "g", "w", "w_scales", "w_biases", "bias", "qw", "kw", "freqs", "pos", "counts",
-        ],
+        &names,
         outputs,
         || format!("{layout}{NORM_QKV_HEADS}"),
         |k| {
             let [w, ws, wb, bias] = p.weight_inputs();
             let [q, gs] = p.w.template_args();
+            let mut inputs = vec![p.x, norm, w, ws, wb, bias, qw, kw, freqs, pos, &counts];
+            if joint {
+                // Without a cache the input rows stand in for it, unread.
+                inputs.push(cache.unwrap_or(p.x));
+            }
             k.apply(
-                &[p.x, norm, w, ws, wb, bias, qw, kw, freqs, pos, &counts],
+                &inputs,
                 &shapes,
                 &[
                     TemplateArg::Dtype("T", dtype),
@@ -836,6 +867,7 @@ pub(super) fn norm_qkv_heads(
                     TemplateArg::Int("WARPS", warps),
                     TemplateArg::Int("P", parts as i32),
                     TemplateArg::Int("TICKS", QKV_TICKS as i32),
+                    TemplateArg::Int("CACHE", (joint && cache.is_some()) as i32),
                 ],
                 [(parts * (hq + 2 * hkv)) as i32 * threads, 1, 1],
                 [threads, 1, 1],

@@ -38,8 +38,8 @@ mod projection;
 mod tail;
 
 pub use projection::{
-    linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, Linear, NormQkv,
-    Quantized, MAX_FUSED_ROWS,
+    linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, JointHeads, Linear,
+    NormQkv, Quantized, MAX_FUSED_ROWS,
 };
 pub use tail::{attention_mlp, attention_mlp_qkv};
 
@@ -126,6 +126,60 @@ fn position_table(v: usize) -> Array {
         let at = v as i32;
         crate::native::slice(table, &[at], &[at + 1], &[1]).or_panic("decode position table", &[])
     })
+}
+
+/// A zeroed cache buffer of `shape` (`[rows, 2·kv_heads, capacity, head_dim]` for the keys and
+/// values side by side) that the CUDA kernels may write new positions into in place
+/// ([`NormQkv::cache`]): on MLX, a buffer of its own, made now; elsewhere `Tensor::zeros`.
+///
+/// A cache written in place is shared by every handle to it: a handle kept from an earlier
+/// step sees the positions written since (positions before its step's are never rewritten).
+pub fn cache_buffer<B: Backend>(
+    shape: [usize; 4],
+    device: &B::Device,
+    dtype: burn_tensor::DType,
+) -> Tensor<B, 4> {
+    let zeros = Tensor::<B, 4>::zeros(shape, (device, dtype));
+    match float_on_mlx(zeros) {
+        Ok(t) => {
+            // Evaluated now: a buffer of its own, whatever shares the zeros' lazy form.
+            if !crate::trace::is_tracing() {
+                t.array.eval().or_panic("cache_buffer", &[&t.array]);
+            }
+            float_from_mlx(t)
+        }
+        Err(zeros) => zeros,
+    }
+}
+
+/// The MLX array of `cache` when a kernel launched for `rows` (an input of that kernel) may write
+/// keys and values into it at `offset` in place: `[rows, heads, capacity, head_dim]` (`shape`
+/// with any capacity) on the same device in the rows' dtype, laid out row-contiguous, with a
+/// host offset inside the capacity, outside any MLX trace (a traced function's inputs are
+/// placeholders, and its replay would not own them).
+fn writable_cache<B: Backend>(
+    cache: &Tensor<B, 4>,
+    rows: &MlxTensor,
+    [r, heads, d]: [usize; 3],
+    offset: &At<B>,
+) -> Option<Array> {
+    if crate::trace::is_tracing() {
+        return None;
+    }
+    let c = float_on_mlx(cache.clone()).ok()?;
+    let [cr, ch, cap, cd] = cache.dims();
+    let contiguous = c.array.strides() == [ch * cap * cd, cap * cd, cd, 1];
+    let inside = match offset {
+        At::Host(v) => *v < cap,
+        At::Device(_) => true,
+    };
+    let fits = (cr, ch, cd) == (r, heads, d)
+        && c.device == rows.device
+        && c.quant.is_none()
+        && c.array.dtype() == rows.array.dtype()
+        && contiguous
+        && inside;
+    fits.then(|| c.array.clone())
 }
 
 /// 0: not read yet; 1: off; 2: on.

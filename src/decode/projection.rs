@@ -21,7 +21,7 @@
 //! through MLX's quantized matmul.
 
 use super::gemv::{self, Mat, Projection};
-use super::{array_of, gated, heads, kernel_input, At, Gate, QkvLayout};
+use super::{array_of, gated, heads, kernel_input, writable_cache, At, Gate, QkvLayout};
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, RotaryEmbedding};
 use crate::quant::QuantizedMatrix;
 use crate::tensor::{MlxTensor, OrPanic};
@@ -318,6 +318,7 @@ pub fn norm_qkv_heads<'a, B: Backend>(
         qk_eps,
         rope,
         offset,
+        cache: None,
     };
     step.heads(x)
 }
@@ -349,6 +350,7 @@ pub fn norm_qkv_heads_joint<'a, B: Backend>(
         qk_eps,
         rope,
         offset,
+        cache: None,
     };
     step.heads_joint(x)
 }
@@ -373,21 +375,53 @@ pub struct NormQkv<'a, B: Backend> {
     pub rope: &'a RotaryEmbedding<B>,
     /// The position of the rows.
     pub offset: &'a At<B>,
+    /// A cache of keys and values side by side (`[rows, 2·kv_heads, capacity, head_dim]`, made by
+    /// [`super::cache_buffer`] or updated from such a buffer) that the CUDA kernel writes the
+    /// keys and values into at `offset`, in place, so that no cache update follows; see
+    /// [`NormQkv::heads_joint_cached`]. Elsewhere it is not written.
+    pub cache: Option<&'a Tensor<B, 4>>,
+}
+
+/// A block's query heads and its keys and values side by side, from
+/// [`NormQkv::heads_joint_cached`] or [`super::attention_mlp_qkv`].
+#[derive(Debug, Clone)]
+pub struct JointHeads<B: Backend> {
+    /// `[rows, heads, 1, head_dim]`.
+    pub q: Tensor<B, 4>,
+    /// `[rows, 2·kv_heads, 1, head_dim]`: the keys' heads, then the values'.
+    pub kv: Tensor<B, 4>,
+    /// Whether `kv` is already in the step's [`NormQkv::cache`] at its offset (the kernel that
+    /// made it wrote it there); when not, the caller writes it.
+    pub cached: bool,
 }
 
 impl<B: Backend> NormQkv<'_, B> {
     /// [`norm_qkv_heads`] of `x`: `[queries, keys, values]`.
     pub fn heads(&self, x: Tensor<B, 2>) -> [Tensor<B, 4>; 3] {
-        let mut out = self.run(x, false).into_iter();
+        let mut out = self.run(x, false).0.into_iter();
         let mut next = || out.next().expect("three outputs");
         [next(), next(), next()]
     }
 
-    /// [`norm_qkv_heads_joint`] of `x`: `[queries, keys and values]`.
+    /// [`norm_qkv_heads_joint`] of `x`: `[queries, keys and values]` (see
+    /// [`heads_joint_cached`](Self::heads_joint_cached) for what happens to `cache`).
     pub fn heads_joint(&self, x: Tensor<B, 2>) -> [Tensor<B, 4>; 2] {
-        let mut out = self.run(x, true).into_iter();
+        let JointHeads { q, kv, .. } = self.heads_joint_cached(x);
+        [q, kv]
+    }
+
+    /// [`norm_qkv_heads_joint`] of `x`; where the heads come from the CUDA kernel and
+    /// [`cache`](Self::cache) is a buffer it can write (see [`super::cache_buffer`]), the keys and
+    /// values also land in the cache at `offset`, and [`JointHeads::cached`] says so.
+    pub fn heads_joint_cached(&self, x: Tensor<B, 2>) -> JointHeads<B> {
+        let (out, cached) = self.run(x, true);
+        let mut out = out.into_iter();
         let mut next = || out.next().expect("two outputs");
-        [next(), next()]
+        JointHeads {
+            q: next(),
+            kv: next(),
+            cached,
+        }
     }
 
     /// Checks the shapes for `x` (`[rows, in]`), naming `op`.
@@ -415,7 +449,8 @@ impl<B: Backend> NormQkv<'_, B> {
         );
     }
 
-    fn run(&self, x: Tensor<B, 2>, joint: bool) -> Vec<Tensor<B, 4>> {
+    /// The heads, and whether the keys and values were also written into `cache`.
+    fn run(&self, x: Tensor<B, 2>, joint: bool) -> (Vec<Tensor<B, 4>>, bool) {
         let op = "norm_qkv_heads";
         self.check(op, &x);
         let QkvLayout {
@@ -431,6 +466,10 @@ impl<B: Backend> NormQkv<'_, B> {
                 let freqs = array_of(self.rope.inverse_frequencies());
                 let pos = self.offset.array();
                 let [rows, k] = rows_cols(&t);
+                let cache = self
+                    .cache
+                    .filter(|_| joint)
+                    .and_then(|c| writable_cache(c, &t, [rows, 2 * hkv, d], self.offset));
                 let p = Projection {
                     x: &t.array,
                     w: &w,
@@ -451,16 +490,18 @@ impl<B: Backend> NormQkv<'_, B> {
                             &freqs,
                             &pos,
                             joint,
+                            cache.as_ref(),
                         )
                     })
                     .or_panic(op, &[&t.array, w.inputs()[0]]);
-                return out.into_iter().map(|a| float_from_mlx(t.with(a))).collect();
+                let out = out.into_iter().map(|a| float_from_mlx(t.with(a))).collect();
+                return (out, cache.is_some());
             }
             Ok((t, ..)) => float_from_mlx(t),
             Err(x) => x,
         };
         let qkv = self.layer.forward(rms_norm(x, self.norm.clone(), self.eps));
-        heads(
+        let out = heads(
             qkv,
             batch,
             self.layout,
@@ -469,7 +510,8 @@ impl<B: Backend> NormQkv<'_, B> {
             self.rope,
             self.offset,
             joint,
-        )
+        );
+        (out, false)
     }
 }
 

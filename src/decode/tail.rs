@@ -21,8 +21,11 @@
 use super::cuda::{counters, dims_i32, COUNTERS, HEADER};
 use super::gemv::Mat;
 use super::gemv::GEMV_HEADER;
-use super::projection::{dense_array, Linear, NormQkv};
-use super::{array_of, decode_attention_joint, kernel_input, linear_add, norm_gated, At, Gate};
+use super::projection::{dense_array, JointHeads, Linear, NormQkv};
+use super::{
+    array_of, decode_attention_joint, kernel_input, linear_add, norm_gated, writable_cache, At,
+    Gate,
+};
 use crate::error::MlxError;
 use crate::fast::float_from_mlx;
 use crate::native::kernel::{self, CudaKernel, TemplateArg};
@@ -286,7 +289,8 @@ const ATTENTION_MLP: &str = r#"
 /// Appended to [`ATTENTION_MLP`] by [`attention_mlp_qkv`]: the next block's query, key and value
 /// heads from `y`, as `norm_qkv_heads_joint` makes them (`rms_norm(y)·Wqkv (+ bias)`, each
 /// query/key head normalized with `qw`/`kw` when `NORM` and rotated at `pos[0]`), into `q2`
-/// (`[1, HQ, 1, D]`) and `kv2` (`[1, 2·HKV, 1, D]`). Each warp takes two columns at a time and
+/// (`[1, HQ, 1, D]`) and `kv2` (`[1, 2·HKV, 1, D]`), and with `CACHE` also into row `pos[0]` of
+/// the next block's cache `kvc` (`[1, 2·HKV, capacity, D]`, written in place). Each warp takes two columns at a time and
 /// publishes them to `raw`; a head's count (in `sync` from `HEAD_COUNTS`) grows by `D` a launch,
 /// and the warp that finishes a head's last columns tops the count up to the next multiple of
 /// `ROUND` and writes the head.
@@ -330,10 +334,14 @@ const NEXT_QKV: &str = r#"
                                         __int_as_float(QK_EPS), static_cast<float>(pos[0]),
                                         freqs);
         } else {
-          // Keys then values, as the joint cache holds them.
-          bm_head_out<T, D, NORM, true>(src, kv2 + (long)(head - HQ) * D, head < HQ + HKV, kw,
-                                        __int_as_float(QK_EPS), static_cast<float>(pos[0]),
-                                        freqs);
+          // Keys then values, as the joint cache holds them; with CACHE also into the next
+          // block's cache at `pos[0]`.
+          T* dst = kv2 + (long)(head - HQ) * D;
+          bm_head_out<T, D, NORM, true>(src, dst, head < HQ + HKV, kw, __int_as_float(QK_EPS),
+                                        static_cast<float>(pos[0]), freqs);
+          if (CACHE) {
+            bm_cache_row<T, D>(dst, kvc, kvc_strides, kvc_shape[2], 0, head - HQ, pos[0]);
+          }
         }
       }
     }
@@ -405,6 +413,8 @@ struct NextInputs {
     pos: Array,
     eps: f32,
     qk_eps: f32,
+    /// The next block's cache, to write its keys and values into ([`NormQkv::cache`]).
+    cache: Option<Array>,
 }
 
 /// `attention_mlp`'s kernel on `a` (and, with `next`, the next block's QKV step), launched on
@@ -494,8 +504,11 @@ fn launch(
             "kw",
             "freqs",
             "pos",
+            "kvc",
         ]);
-        inputs.extend([&n.norm, w, w_s, w_b, bias, qw, kw, &n.freqs, &n.pos]);
+        // Without a cache to write, the block's input rows stand in for it, unread.
+        let kvc = n.cache.as_ref().unwrap_or(a.x);
+        inputs.extend([&n.norm, w, w_s, w_b, bias, qw, kw, &n.freqs, &n.pos, kvc]);
         outputs.extend([(&q_shape[..], dtype), (&kv_shape[..], dtype)]);
         output_names.extend(["q2", "kv2"]);
         targs.extend([
@@ -504,6 +517,7 @@ fn launch(
             TemplateArg::Int("NORM", n.qk.is_some() as i32),
             TemplateArg::Int("BIAS", n.bias.is_some() as i32),
             TemplateArg::Int("HEAD_COUNTS", HEAD_COUNTS as i32),
+            TemplateArg::Int("CACHE", n.cache.is_some() as i32),
         ]);
     }
     outputs.push((&work_shape, Dtype::Float32));
@@ -553,8 +567,9 @@ struct Block<'a, B: Backend> {
 
 impl<B: Backend> Block<'_, B> {
     /// The block through the kernel (with `next`: also the next block's heads, see
-    /// [`attention_mlp_qkv`]) when it runs here: its outputs; `self` back otherwise.
-    fn fused(mut self, next: Option<&NormQkv<B>>) -> Result<Vec<MlxTensor>, Self> {
+    /// [`attention_mlp_qkv`]) when it runs here: its outputs, and whether the next block's keys
+    /// and values went into its cache; `self` back otherwise.
+    fn fused(mut self, next: Option<&NormQkv<B>>) -> Result<(Vec<MlxTensor>, bool), Self> {
         let [b, hq, _, d] = self.q.dims();
         let [_, heads, _, _] = self.kv.dims();
         let [_, k] = self.x.dims();
@@ -616,6 +631,10 @@ impl<B: Backend> Block<'_, B> {
                 pos: n.offset.array(),
                 eps: n.eps as f32,
                 qk_eps: n.qk_eps as f32,
+                cache: n.cache.and_then(|c| {
+                    let l = n.layout;
+                    writable_cache(c, &t, [1, 2 * l.kv_heads, l.head_dim], n.offset)
+                }),
             })
         });
         let shape = launch_shape(&sizes, dtype);
@@ -664,7 +683,8 @@ impl<B: Backend> Block<'_, B> {
             .device
             .scope(|| launch(&inputs, &sizes, shape, scale, eps, gelu, next.as_ref()))
             .or_panic("attention_mlp", &[&t.array, &kva, &xa, wo.inputs()[0]]);
-        Ok(out.into_iter().map(|a| t.with(a)).collect())
+        let cached = next.as_ref().is_some_and(|n| n.cache.is_some());
+        Ok((out.into_iter().map(|a| t.with(a)).collect(), cached))
     }
 
     /// The block through the four functions it stands for.
@@ -716,10 +736,11 @@ pub fn attention_mlp<'a, B: Backend>(
 }
 
 /// [`attention_mlp`], and with `next` the next block's QKV step on its output: returns the
-/// block's output `y` and, with `next`, `next.heads_joint(y)` (the next block's `[queries, keys
-/// and values]`, see [`NormQkv`]). On MLX's CUDA device, where [`attention_mlp`] is one kernel and
-/// the next block has the same heads, the QKV step runs inside that kernel after a fourth
-/// barrier, so a decoder block's decode step is one kernel and the cache write.
+/// block's output `y` and, with `next`, `next.heads_joint_cached(y)` (the next block's queries,
+/// keys and values, see [`NormQkv`]). On MLX's CUDA device, where [`attention_mlp`] is one kernel
+/// and the next block has the same heads, the QKV step runs inside that kernel after a fourth
+/// barrier, and writes the next block's keys and values into `next.cache` where it is given, so
+/// a decoder block's decode step is one kernel.
 ///
 /// # Panics
 ///
@@ -738,7 +759,7 @@ pub fn attention_mlp_qkv<'a, B: Backend>(
     down: impl Into<Linear<'a, B>>,
     gate: Gate,
     next: Option<&NormQkv<B>>,
-) -> (Tensor<B, 2>, Option<[Tensor<B, 4>; 2]>) {
+) -> (Tensor<B, 2>, Option<JointHeads<B>>) {
     if let Some(n) = next {
         n.check("attention_mlp_qkv", &x);
     }
@@ -756,18 +777,22 @@ pub fn attention_mlp_qkv<'a, B: Backend>(
         gate,
     };
     match block.fused(next) {
-        Ok(out) => {
+        Ok((out, cached)) => {
             let mut out = out.into_iter();
             let y = float_from_mlx(out.next().expect("the block's output"));
             let heads = next.map(|_| {
                 let mut take = || float_from_mlx(out.next().expect("the next block's heads"));
-                [take(), take()]
+                JointHeads {
+                    q: take(),
+                    kv: take(),
+                    cached,
+                }
             });
             (y, heads)
         }
         Err(block) => {
             let y = block.composed();
-            let heads = next.map(|n| n.heads_joint(y.clone()));
+            let heads = next.map(|n| n.heads_joint_cached(y.clone()));
             (y, heads)
         }
     }

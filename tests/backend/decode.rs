@@ -8,7 +8,7 @@
 //! composed path the other platforms take).
 
 use crate::common::{device_tol, rand_f, Tol};
-use burn_mlx::decode::{self, At, Gate, QkvLayout};
+use burn_mlx::decode::{self, At, Gate, JointHeads, QkvLayout};
 use burn_mlx::fast::RotaryEmbedding;
 use burn_mlx::{Mlx, MlxDevice};
 use burn_ndarray::{NdArray, NdArrayDevice};
@@ -714,6 +714,7 @@ fn attention_mlp_qkv_matches_the_composed_ops() {
                 qk_eps: 1e-6,
                 rope: &rope,
                 offset: &offset,
+                cache: None,
             };
             let run = || {
                 decode::attention_mlp_qkv(
@@ -731,7 +732,7 @@ fn attention_mlp_qkv_matches_the_composed_ops() {
                     Some(&next),
                 )
             };
-            let (y, Some([q2, kv2])) = run() else {
+            let (y, Some(JointHeads { q: q2, kv: kv2, .. })) = run() else {
                 panic!("{label}: no heads for the next block");
             };
             // The block's output as `attention_mlp` makes it (on CUDA: the same kernel up to the
@@ -791,12 +792,134 @@ fn attention_mlp_qkv_matches_the_composed_ops() {
             check(&label, kv_rows.clone(), kv_ref, ref_tol);
             // Another run gives the same values (on CUDA: the head counts it finds are those the
             // first run left).
-            let (y_again, Some([q_again, kv_again])) = run() else {
+            let (
+                y_again,
+                Some(JointHeads {
+                    q: q_again,
+                    kv: kv_again,
+                    ..
+                }),
+            ) = run()
+            else {
                 panic!("{label}: no heads for the next block");
             };
             assert_eq!(f32_rows(y_again), y_rows, "{label}: two runs differ (y)");
             assert_eq!(f32_rows(q_again), q_rows, "{label}: two runs differ (q)");
             assert_eq!(f32_rows(kv_again), kv_rows, "{label}: two runs differ (kv)");
+            // With the next block's cache, the kernel also writes its keys and values there, at
+            // the offset; the composed path leaves the cache to the caller.
+            let cache = decode::cache_buffer::<Mlx>([1, 2 * hkv, len + 1, d], &device(), dtype);
+            let with_cache = decode::NormQkv {
+                cache: Some(&cache),
+                ..next
+            };
+            let (y_cached, Some(heads)) = decode::attention_mlp_qkv(
+                q.clone(),
+                kv.clone(),
+                &at,
+                scale,
+                x.clone(),
+                dense(&wo),
+                &g,
+                1e-6,
+                dense(&wgu),
+                dense(&wd),
+                Gate::Silu,
+                Some(&with_cache),
+            ) else {
+                panic!("{label}: no heads for the next block");
+            };
+            assert_eq!(f32_rows(y_cached), y_rows, "{label}: y with a cache");
+            assert_eq!(
+                f32_rows(heads.kv.clone()),
+                kv_rows,
+                "{label}: kv with a cache"
+            );
+            check_cache_row(&label, &cache, &heads, len - 1);
+        }
+    }
+}
+
+/// Checks `heads.cached` against where the kernels run (`decode::kernels_run`) and the cache it
+/// speaks of: with it, row `at` of every head of `cache` holds `heads.kv` and every other row is
+/// still zero; without it, the whole cache is still zero.
+fn check_cache_row(label: &str, cache: &Tensor<Mlx, 4>, heads: &JointHeads<Mlx>, at: usize) {
+    assert_eq!(
+        heads.cached,
+        decode::kernels_run::<Mlx>(&device()),
+        "{label}: written in place only where the kernels run"
+    );
+    let [rows, h, cap, d] = cache.dims();
+    let got = f32_rows(cache.clone());
+    let kv = f32_rows(heads.kv.clone());
+    for r in 0..rows {
+        for head in 0..h {
+            for p in 0..cap {
+                let start = ((r * h + head) * cap + p) * d;
+                let row = &got[start..start + d];
+                if heads.cached && p == at {
+                    let k = (r * h + head) * d;
+                    assert_eq!(row, &kv[k..k + d], "{label}: cache row {p} of head {head}");
+                } else {
+                    assert!(
+                        row.iter().all(|&v| v == 0.0),
+                        "{label}: cache row {p} of head {head} was written"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn norm_qkv_heads_joint_writes_its_cache_in_place() {
+    // (dtype index, head size, query heads, key/value heads, hidden size, rows)
+    for (di, d, hq, hkv, hidden, rows) in [(1, 128, 16, 8, 1024, 1), (0, 64, 4, 2, 256, 3)] {
+        let (dtype, _) = DTYPES[di];
+        let layout = QkvLayout {
+            heads: hq,
+            kv_heads: hkv,
+            head_dim: d,
+        };
+        let (x, _) = pair([rows, hidden], 51, dtype, 2.0);
+        let (g, _) = pair([hidden], 52, dtype, 1.5);
+        let (w, _) = weight_pair([hidden, layout.width()], 53, dtype, true);
+        let (qw, _) = pair([d], 54, dtype, 1.0);
+        let (kw, _) = pair([d], 55, dtype, 1.0);
+        let rope = RotaryEmbedding::<Mlx>::new(&rope_freqs(d), &device());
+        for at in [0, 6] {
+            let label = format!("norm_qkv_heads_joint {dtype:?} d {d} rows {rows} at {at}");
+            let offset = At::Host(at);
+            let cache = decode::cache_buffer::<Mlx>([rows, 2 * hkv, 7, d], &device(), dtype);
+            let step = decode::NormQkv {
+                norm: &g,
+                eps: 1e-6,
+                layer: decode::Linear::Dense(decode::Dense {
+                    weight: &w,
+                    bias: None,
+                }),
+                layout,
+                qk_norms: Some((&qw, &kw)),
+                qk_eps: 1e-6,
+                rope: &rope,
+                offset: &offset,
+                cache: Some(&cache),
+            };
+            let heads = step.heads_joint_cached(x.clone());
+            // The same heads as without a cache...
+            let [q, kv] = decode::NormQkv {
+                cache: None,
+                ..step
+            }
+            .heads_joint(x.clone());
+            assert_eq!(f32_rows(heads.q.clone()), f32_rows(q), "{label}: queries");
+            assert_eq!(
+                f32_rows(heads.kv.clone()),
+                f32_rows(kv),
+                "{label}: keys and values"
+            );
+            // ...and, where the kernel ran, in the cache at the offset.
+            check_cache_row(&label, &cache, &heads, at);
         }
     }
 }

@@ -9,7 +9,7 @@ use super::decode::{
     block_ref, check, device, f32_rows, heads_ref, pair, projection_tol, rms_norm_ref, rope_freqs,
     rope_ref, DTYPES, R,
 };
-use burn_mlx::decode::{self, At, Gate, QkvLayout};
+use burn_mlx::decode::{self, At, Gate, JointHeads, QkvLayout};
 use burn_mlx::fast::RotaryEmbedding;
 use burn_mlx::quant::{QuantBits, QuantizedMatrix};
 use burn_mlx::Mlx;
@@ -168,8 +168,9 @@ fn quantized_attention_mlp_qkv_matches_its_dequantized_weights() {
                 qk_eps: 1e-6,
                 rope: &rope,
                 offset: &offset,
+                cache: None,
             };
-            let (y, Some([q2, kv2])) = decode::attention_mlp_qkv(
+            let (y, Some(JointHeads { q: q2, kv: kv2, .. })) = decode::attention_mlp_qkv(
                 q.clone(),
                 kv.clone(),
                 &at,

@@ -3,6 +3,11 @@
 //! with `slice_assign` and attends over the filled prefix, so a token costs neither a
 //! concatenation of the cache nor a recomputation of earlier positions.
 //!
+//! Where `burn_mlx::decode`'s CUDA kernels run, each layer holds its keys and values in one
+//! buffer (`[batch, 2·kv_heads, capacity, head_dim]`, [`LayerCache::from_joint`]), and a decode
+//! step's kernels write the new position into it themselves (see
+//! `burn_mlx::decode::NormQkv::cache`), so the step has no cache update of its own.
+//!
 //! A step's first position is either known on the host ([`Position::Host`]: prefill and the
 //! eager decode step, which attend over the filled prefix) or held in a device tensor
 //! ([`Position::Device`]: the fixed-shape decode step of `step.rs`, which attends over the
@@ -194,6 +199,12 @@ impl<B: Backend> LayerCache<B> {
         }
     }
 
+    /// The buffer of keys and values side by side, when the layer has one
+    /// ([`from_joint`](Self::from_joint)).
+    pub fn joint(&self) -> Option<&Tensor<B, 4>> {
+        self.joint.as_ref()
+    }
+
     /// Whether the keys and values are one buffer ([`from_joint`](Self::from_joint)).
     pub fn is_joint(&self) -> bool {
         self.joint.is_some()
@@ -342,8 +353,13 @@ impl<B: Backend> KvCache<B> {
         let layers = (0..config.num_layers)
             .map(|_| {
                 if joint {
+                    // A buffer that the decode kernels can write new positions into in place.
                     let [b, h, c, d] = shape;
-                    LayerCache::from_joint(Tensor::zeros([b, 2 * h, c, d], (device, dtype)))
+                    LayerCache::from_joint(burn_mlx::decode::cache_buffer(
+                        [b, 2 * h, c, d],
+                        device,
+                        dtype,
+                    ))
                 } else {
                     LayerCache::from_tensors(
                         Tensor::zeros(shape, (device, dtype)),

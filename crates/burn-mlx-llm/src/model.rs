@@ -15,7 +15,7 @@ use super::cache::{padded_mask, sliding_band, KvCache, LayerCache, Position};
 use super::config::{Architecture, LlmConfig};
 use super::error::{LlmError, Result};
 use super::rope::{local_rotary_embedding, rotary_embedding};
-use burn_mlx::decode::{self, At, Gate, QkvLayout};
+use burn_mlx::decode::{self, At, Gate, JointHeads, QkvLayout};
 use burn_mlx::fast::{rms_norm, RotaryEmbedding};
 use burn_mlx::nn::functional;
 use burn_mlx::quant::{QuantBits, QuantizedMatrix, DEFAULT_GROUP_SIZE};
@@ -670,10 +670,6 @@ fn decode_position<B: Backend>(position: &Position<B>) -> At<B> {
     }
 }
 
-/// A block's query heads and its keys and values side by side (`[batch, heads, 1, head_dim]`,
-/// `[batch, 2·kv_heads, 1, head_dim]`), as [`decode::NormQkv::heads_joint`] makes them.
-type Heads<B> = [Tensor<B, 4>; 2];
-
 /// The number of cached positions a decode step (one position at `position`) attends over.
 fn decode_length<B: Backend>(position: &Position<B>) -> At<B> {
     match position {
@@ -890,13 +886,15 @@ impl<B: Backend> DecoderLayer<B> {
     }
 
     /// The block's QKV step at `at` (its input norm, fused projection, heads, query/key norms and
-    /// RoPE), for [`decode::NormQkv::heads_joint`] or the previous block's
-    /// [`decode::attention_mlp_qkv`]. Only for a block that [`step_parts`](Self::step_parts)
+    /// RoPE), for [`decode::NormQkv::heads_joint_cached`] or the previous block's
+    /// [`decode::attention_mlp_qkv`], writing the keys and values into `cache` (the block's joint
+    /// cache) where the kernel runs. Only for a block that [`step_parts`](Self::step_parts)
     /// accepts.
     fn qkv_step<'a>(
         &'a self,
         rope: &'a RotaryEmbedding<B>,
         at: &'a At<B>,
+        cache: Option<&'a Tensor<B, 4>>,
     ) -> Option<decode::NormQkv<'a, B>> {
         let [qkv, ..] = self.step_parts()?;
         let attn = &self.self_attn;
@@ -913,32 +911,34 @@ impl<B: Backend> DecoderLayer<B> {
             qk_eps: attn.qk_norm.as_ref().map_or(0.0, |(q, _)| q.eps),
             rope,
             offset: at,
+            cache,
         })
     }
 
     /// One decode step of the block on `x` (`[batch, hidden]`: the newest position of each of the
     /// cache's sequences, at `position`, with no padding; `at` and `len` are that position and
-    /// the length attended over): the block's output, and with `next`, the next block's
-    /// `[queries, keys and values]`. `heads` are this block's, when the previous block made them.
-    /// Each projection carries its neighbours ([`decode::norm_qkv_heads_joint`],
+    /// the length attended over): the block's output, and with `next` (the next block and its
+    /// cache), the next block's heads. `heads` are this block's, when the previous block made
+    /// them. Each projection carries its neighbours ([`decode::norm_qkv_heads_joint`],
     /// [`decode::linear_add`], [`decode::norm_gated`]); with a joint cache everything after the
     /// cache write is [`decode::attention_mlp_qkv`] (with the next block's QKV step where there is
-    /// a next block), so on CUDA the block is one kernel and the cache write.
+    /// a next block), and on CUDA the kernel that makes a block's keys and values also writes
+    /// them into its cache, so the block is one kernel.
     ///
     /// Only for a block that [`step_parts`](Self::step_parts) accepts.
     #[allow(clippy::too_many_arguments)]
     fn step(
         &self,
         x: Tensor<B, 2>,
-        heads: Option<Heads<B>>,
-        next: Option<&DecoderLayer<B>>,
+        heads: Option<JointHeads<B>>,
+        next: Option<(&DecoderLayer<B>, &LayerCache<B>)>,
         cache: &mut LayerCache<B>,
         rope: &RotaryEmbedding<B>,
         position: &Position<B>,
         (at, len): (&At<B>, &At<B>),
-    ) -> Result<(Tensor<B, 2>, Option<Heads<B>>)> {
+    ) -> Result<(Tensor<B, 2>, Option<JointHeads<B>>)> {
         let (Some([_, o_proj, gate_up, down_proj]), Some(own)) =
-            (self.step_parts(), self.qkv_step(rope, at))
+            (self.step_parts(), self.qkv_step(rope, at, None))
         else {
             return Err(LlmError::Input(
                 "DecoderLayer::step: the block has no fused projections free of low-rank updates"
@@ -953,11 +953,20 @@ impl<B: Backend> DecoderLayer<B> {
         };
         let post = &self.post_attention_layernorm;
         if cache.is_joint() {
-            let [q, kv] = heads.unwrap_or_else(|| own.heads_joint(x.clone()));
-            let kv = cache.write_joint(kv, position);
-            let next = next.and_then(|n| n.qkv_step(rope, at));
+            let heads = heads.unwrap_or_else(|| {
+                let own = decode::NormQkv {
+                    cache: cache.joint(),
+                    ..own
+                };
+                own.heads_joint_cached(x.clone())
+            });
+            let kv = match cache.joint() {
+                Some(buffer) if heads.cached => buffer.clone(),
+                _ => cache.write_joint(heads.kv, position),
+            };
+            let next = next.and_then(|(n, c)| n.qkv_step(rope, at, c.joint()));
             return Ok(decode::attention_mlp_qkv(
-                q,
+                heads.q,
                 kv,
                 len,
                 scale,
@@ -1576,13 +1585,14 @@ impl<B: Backend> Llm<B> {
             // With joint caches each block's kernel also makes the next block's heads.
             let joint = caches.iter().all(LayerCache::is_joint);
             let mut heads = None;
-            for (i, (layer, layer_cache)) in self.layers.iter().zip(caches).enumerate() {
-                let next = self.layers.get(i + 1).filter(|_| joint);
+            for (i, layer) in self.layers.iter().enumerate() {
+                let (done, rest) = caches.split_at_mut(i + 1);
+                let next = self.layers.get(i + 1).filter(|_| joint).zip(rest.first());
                 (x, heads) = layer.step(
                     x,
                     heads,
                     next,
-                    layer_cache,
+                    &mut done[i],
                     &self.rope,
                     position,
                     (&at, &len),
