@@ -182,6 +182,29 @@ fn writable_cache<B: Backend>(
     fits.then(|| c.array.clone())
 }
 
+/// The index of the largest value of each row of `logits` (`[rows, vocab]`), as `[rows, 1]`:
+/// greedy decoding's next tokens. `logits.argmax(1)`, except on MLX's GPU, where it is MLX's
+/// `argmax` alone: Burn's rule for NaN (a NaN wins only in the first position), which `argmax`
+/// keeps there with five more ops and three host-made scalars, is left out, so a row holding a
+/// NaN gives the position of one of its NaNs or of its largest number.
+pub fn greedy_tokens<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 2, Int> {
+    match float_on_mlx(logits) {
+        Ok(t) if t.device == MlxDevice::Gpu && t.quant.is_none() => {
+            let idx = t
+                .device
+                .scope(|| {
+                    mlx_rs::ops::indexing::argmax_axis(&t.array, 1, true)
+                        .and_then(|i| i.as_dtype(mlx_rs::Dtype::Int64))
+                })
+                .or_panic("greedy_tokens", &[&t.array]);
+            crate::interop::from_mlx(t.with(idx))
+                .unwrap_or_else(|| unreachable!("the logits are on Mlx"))
+        }
+        Ok(t) => float_from_mlx(t).argmax(1),
+        Err(logits) => logits.argmax(1),
+    }
+}
+
 /// 0: not read yet; 1: off; 2: on.
 static KERNELS: AtomicU8 = AtomicU8::new(0);
 

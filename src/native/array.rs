@@ -228,6 +228,57 @@ pub(crate) fn is_row_contiguous(a: &Array) -> bool {
     rc == 0 && res
 }
 
+/// How many values [`int_constant`] keeps per thread.
+const MAX_CONSTANTS: usize = 64;
+
+/// `value` as a 0-d integer array of `dtype` (an operand of a GPU kernel, such as a clamp's
+/// bounds). On the GPU (`gpu`), a view into a 16-byte buffer that the device writes, made once
+/// per thread and value (evaluated with the first graph that reads it) and kept for the first
+/// [`MAX_CONSTANTS`] values: an array of 8 bytes or less made on the host lives in MLX's small
+/// pool of managed memory, where MLX also puts every other host-made scalar, and a kernel reading
+/// it stalls on a page fault whenever the host has written the pool since (as it does while
+/// building the next step of a loop). Elsewhere, inside an MLX trace (whose arrays must not
+/// outlive it), or past that count, a host scalar.
+pub(crate) fn int_constant(
+    value: i64,
+    dtype: mlx_rs::Dtype,
+    gpu: bool,
+) -> Result<Array, mlx_rs::error::Exception> {
+    let host = || Array::from_slice(&[value], &[]).as_dtype(dtype);
+    if !gpu || crate::trace::is_tracing() {
+        return host();
+    }
+    thread_local! {
+        static MADE: std::cell::RefCell<Vec<(i64, mlx_rs::Dtype, Array)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    MADE.with(|cell| {
+        let mut made = cell.borrow_mut();
+        if let Some((.., a)) = made.iter().find(|(v, d, _)| *v == value && *d == dtype) {
+            return Ok(a.clone());
+        }
+        let scalar = host()?;
+        if made.len() >= MAX_CONSTANTS {
+            return Ok(scalar);
+        }
+        // A copy of the broadcast scalar is a buffer the GPU writes (device memory, more than
+        // 8 bytes), and its first element a view of it.
+        let n = (16 / scalar.item_size()).max(1) as i32;
+        let made_here = mlx_rs::ops::broadcast_to(&scalar, &[n])
+            .and_then(|b| b.contiguous())
+            .ok()
+            .and_then(|buffer| slice(&buffer, &[0], &[1], &[1]).ok())
+            .and_then(|first| first.reshape(&[]).ok());
+        match made_here {
+            Some(c) => {
+                made.push((value, dtype, c.clone()));
+                Ok(c)
+            }
+            None => Ok(scalar),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,5 +579,25 @@ mod tests {
                 }
             }
         });
+    }
+
+    #[test]
+    fn int_constants_hold_their_value_and_dtype() {
+        let gpu = MlxDevice::gpu_available();
+        let device = if gpu { MlxDevice::Gpu } else { MlxDevice::Cpu };
+        for (value, dtype) in [
+            (0, mlx_rs::Dtype::Int64),
+            (151_935, mlx_rs::Dtype::Int64),
+            (-3, mlx_rs::Dtype::Int32),
+            (255, mlx_rs::Dtype::Uint8),
+        ] {
+            // Twice: made, then kept.
+            for _ in 0..2 {
+                let c = device.scope(|| int_constant(value, dtype, gpu)).unwrap();
+                assert_eq!((c.shape(), c.dtype()), (&[][..], dtype));
+                let read = c.as_dtype(mlx_rs::Dtype::Int64).unwrap();
+                assert_eq!(read.item_exact::<i64>(), value, "{dtype:?}");
+            }
+        }
     }
 }

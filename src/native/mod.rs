@@ -29,9 +29,9 @@ pub(crate) mod fusion;
 pub(crate) mod kernel;
 
 pub(crate) use array::{
-    bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, erf, exp, is_row_contiguous, left_shift,
-    logsumexp, right_shift, scatter_add_axis, sigmoid, slice, slice_update, slice_update_dynamic,
-    softmax, tanh,
+    bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, erf, exp, int_constant,
+    is_row_contiguous, left_shift, logsumexp, right_shift, scatter_add_axis, sigmoid, slice,
+    slice_update, slice_update_dynamic, softmax, tanh,
 };
 
 use crate::error::MlxError;

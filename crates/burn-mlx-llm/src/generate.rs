@@ -8,6 +8,7 @@ use super::error::{LlmError, Result};
 use super::model::Logits;
 use super::sampling::Sampler;
 use super::step::{mlx_device, Decoder};
+use burn_mlx::decode::greedy_tokens;
 use burn_tensor::backend::Backend;
 use burn_tensor::{BasicOps, DType, Int, Tensor, TensorData};
 use std::time::{Duration, Instant};
@@ -185,7 +186,7 @@ fn read<B: Backend, const D: usize, K: BasicOps<B>>(
 /// integer per row comes back), sampling on the host.
 pub fn next_tokens<B: Backend>(logits: Tensor<B, 2>, sampler: &mut Sampler) -> Result<Vec<u32>> {
     if sampler.is_greedy() {
-        return read_tokens(logits.argmax(1));
+        return read_tokens(greedy_tokens(logits));
     }
     let [_, vocab] = logits.dims();
     let data = read(logits.cast(DType::F32), "logits")?.convert::<f32>();
@@ -219,7 +220,7 @@ fn greedy_pipelined<B: Backend>(
         burn_mlx::fast::start_eval(t)
             .map_err(|e| LlmError::Input(format!("starting a decode step failed: {e}")))
     };
-    let mut current = logits.argmax(1);
+    let mut current = greedy_tokens(logits);
     start_eval(&current)?;
     let mut first: Option<Instant> = None;
     let mut done = vec![false; tokens.len()];
@@ -228,7 +229,7 @@ fn greedy_pipelined<B: Backend>(
         // One more step is needed unless these tokens fill the budget.
         let t0 = Instant::now();
         let next = if read + 1 < options.max_tokens {
-            let next = step(current.clone())?.argmax(1);
+            let next = greedy_tokens(step(current.clone())?);
             let t1 = Instant::now();
             start_eval(&next)?;
             if first.is_some() {

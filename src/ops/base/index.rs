@@ -7,6 +7,7 @@ use super::{unary, MlxResult};
 use crate::native;
 use crate::tensor::MlxTensor;
 use crate::tensor::{scalar_array, OrPanic};
+use crate::MlxDevice;
 use burn_backend::Scalar;
 use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array, Dtype};
@@ -16,7 +17,11 @@ pub(crate) fn gather(dim: usize, t: MlxTensor, indices: MlxTensor) -> MlxTensor 
     let out = t
         .device
         .scope(|| {
-            let idx = clamp_indices(&indices.array, t.array.shape()[dim])?;
+            let idx = clamp_indices(
+                &indices.array,
+                t.array.shape()[dim],
+                t.device == MlxDevice::Gpu,
+            )?;
             ops::indexing::take_along_axis(&t.array, &idx, dim as i32)
         })
         .or_panic("gather", &[&t.array, &indices.array]);
@@ -29,7 +34,8 @@ pub(crate) fn gather(dim: usize, t: MlxTensor, indices: MlxTensor) -> MlxTensor 
 /// the buffer (garbage values, heap corruption). Burn leaves the result of an out-of-range index
 /// unspecified, so burn-mlx clamps them: the result is deterministic and memory stays intact,
 /// without evaluating the indices (ops stay lazy).
-fn clamp_indices(indices: &Array, n: i32) -> MlxResult {
+/// On the GPU (`gpu`) the bounds are device-made constants ([`native::int_constant`]).
+fn clamp_indices(indices: &Array, n: i32, gpu: bool) -> MlxResult {
     if n == 0 && indices.size() > 0 {
         // No index is valid. MLX's CPU refuses such a take, but its CUDA kernels read outside
         // the (empty) buffer, so refuse it here for every device.
@@ -46,8 +52,8 @@ fn clamp_indices(indices: &Array, n: i32) -> MlxResult {
         _ => i64::MAX,
     };
     let hi = ((n as i64) - 1).clamp(0, max);
-    let lo = Array::from_int(0).as_dtype(dtype)?;
-    let hi = Array::from_slice(&[hi], &[]).as_dtype(dtype)?;
+    let lo = native::int_constant(0, dtype, gpu)?;
+    let hi = native::int_constant(hi, dtype, gpu)?;
     ops::minimum(ops::maximum(indices, &lo)?, &hi)
 }
 
@@ -77,7 +83,7 @@ pub(crate) fn scatter_add(
         .scope(|| {
             let n = t.array.shape()[dim];
             let value = drop_out_of_range(&value.array, &indices.array, n)?;
-            let idx = clamp_indices(&indices.array, n)?;
+            let idx = clamp_indices(&indices.array, n, t.device == MlxDevice::Gpu)?;
             native::scatter_add_axis(&t.array, &idx, &value, dim as i32)
                 .map_err(|e| Exception::custom(e.to_string()))
         })
@@ -90,7 +96,11 @@ pub(crate) fn select(t: MlxTensor, dim: usize, indices: MlxTensor) -> MlxTensor 
     let out = t
         .device
         .scope(|| {
-            let idx = clamp_indices(&indices.array, t.array.shape()[dim])?;
+            let idx = clamp_indices(
+                &indices.array,
+                t.array.shape()[dim],
+                t.device == MlxDevice::Gpu,
+            )?;
             ops::indexing::take_axis(&t.array, &idx, dim as i32)
         })
         .or_panic("select", &[&t.array, &indices.array]);
@@ -134,7 +144,7 @@ pub(crate) fn select_add(
             let mut per_slice = vec![1i32; rank + 1];
             per_slice[0] = count;
             let updates = drop_out_of_range(&updates, &idx.reshape(&per_slice)?, n)?;
-            let idx = clamp_indices(&idx, n)?;
+            let idx = clamp_indices(&idx, n, t.device == MlxDevice::Gpu)?;
             ops::indexing::scatter_add_single(&t.array, &idx, &updates, dim as i32)
         })
         .or_panic("select_add", &[&t.array, &indices.array, &value.array]);
@@ -192,12 +202,13 @@ fn nd_flatten(data: &Array, k: usize) -> MlxResult {
 /// Burn's `gather_nd`: `out[b...] = data[indices[b..., 0], ..., indices[b..., K-1], ...]`.
 pub(crate) fn gather_nd(data: MlxTensor, indices: MlxTensor) -> MlxTensor {
     let idx = indices.array.clone();
+    let gpu = data.device == MlxDevice::Gpu;
     unary(data, "gather_nd", move |a| {
         let dims = a.shape().to_vec();
         let k = *idx.shape().last().unwrap_or(&0) as usize;
         let (linear, batch) = nd_positions(&dims, &idx)?;
         let flat = nd_flatten(a, k)?;
-        let linear = clamp_indices(&linear, flat.shape()[0])?;
+        let linear = clamp_indices(&linear, flat.shape()[0], gpu)?;
         let taken = ops::indexing::take_axis(&flat, &linear, 0)?;
         let mut out = batch;
         out.extend_from_slice(&dims[k..]);
@@ -215,6 +226,7 @@ pub(crate) fn scatter_nd(
     use burn_backend::tensor::IndexingUpdateOp as Op;
     let values = cast(values, data.array.dtype());
     let (idx, vals) = (indices.array.clone(), values.array.clone());
+    let gpu = data.device == MlxDevice::Gpu;
     unary(data, "scatter_nd", move |a| {
         let dims = a.shape().to_vec();
         let k = *idx.shape().last().unwrap_or(&0) as usize;
@@ -223,7 +235,7 @@ pub(crate) fn scatter_nd(
         upd_shape.extend_from_slice(&dims[k..]);
         let updates = vals.reshape(&upd_shape)?;
         let flat = nd_flatten(a, k)?;
-        let linear = clamp_indices(&linear, flat.shape()[0])?;
+        let linear = clamp_indices(&linear, flat.shape()[0], gpu)?;
         let out = match reduction {
             Op::Assign => ops::indexing::scatter_single(&flat, &linear, &updates, 0)?,
             Op::Add => ops::indexing::scatter_add_single(&flat, &linear, &updates, 0)?,

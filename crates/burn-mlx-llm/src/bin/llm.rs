@@ -25,6 +25,7 @@
 #[allow(deprecated)]
 use burn_candle::{Candle, CandleDevice};
 use burn_flex::{Flex, FlexDevice};
+use burn_mlx::decode::greedy_tokens;
 use burn_mlx::quant::QuantBits;
 use burn_mlx::Mlx;
 use burn_mlx_llm::cli::{DTypeArg, DeviceArg, QuantizeArg};
@@ -436,12 +437,12 @@ fn pending<B: Backend>(t: Tensor<B, 2, Int>) -> Result<BTreeMap<String, usize>> 
 fn count_decode_primitives<B: Backend>(decoder: &mut Decoder<B>, prompt: &[u32]) -> Result<()> {
     let model = decoder.model().clone();
     let mut cache = model.new_cache(prompt.len() + 1);
-    let first = model.forward(prompt, &mut cache, Logits::Last)?.argmax(1);
+    let first = greedy_tokens(model.forward(prompt, &mut cache, Logits::Last)?);
     first
         .clone()
         .try_into_data()
         .map_err(|e| LlmError::Input(format!("prefill failed: {e:?}")))?;
-    let counts = pending(decoder.step(first, &mut cache)?.argmax(1))?;
+    let counts = pending(greedy_tokens(decoder.step(first, &mut cache)?))?;
     let mut step: Vec<(String, usize)> = counts.into_iter().collect();
     step.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
