@@ -15,8 +15,8 @@
 //! | [`norm_qkv_heads`], [`norm_qkv_heads_joint`] | for one position per sequence: the RMS norm before the QKV projection, the projection, and [`qkv_heads`]'s work |
 //! | [`linear_add`] | for one position per sequence: a projection and the residual add after it |
 //! | [`norm_gated`] | for one position per sequence: the RMS norm before the gate/up projection, the projection and [`gated`]'s work |
-//! | [`attention_mlp`] | for one position of one sequence, after the cache write: [`decode_attention_joint`], [`linear_add`], [`norm_gated`] and [`linear_add`] |
-//! | [`attention_mlp_qkv`] | [`attention_mlp`] and the next block's [`norm_qkv_heads_joint`] |
+//! | [`attention_mlp`] | for one position of one sequence, once the new position is in the cache: [`decode_attention_joint`], [`linear_add`], [`norm_gated`] and [`linear_add`] |
+//! | [`attention_mlp_qkv`] | [`attention_mlp`] and the next block's [`norm_qkv_heads_joint`], which writes that block's keys and values into its cache |
 //!
 //! On [`Mlx`](crate::Mlx)'s CUDA device each is one MLX custom kernel (one primitive, one
 //! launch; `src/decode/cuda.rs`), compiled by MLX on its first use in a process. Everywhere

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! On [`Mlx`](crate::Mlx)'s CUDA device, for up to [`MAX_FUSED_ROWS`] rows, each is one MLX custom
-//! kernel (`src/decode/gemv.rs`); everywhere else they are the composed ops ([`rms_norm`], a
+//! kernel (`src/decode/gemv.rs`), and `norm_qkv_heads_joint` given the cache
+//! ([`NormQkv::cache`]) writes the keys and values into it itself, which takes the cache write
+//! out; everywhere else they are the composed ops ([`rms_norm`], a
 //! matrix product, [`super::qkv_heads`], [`super::gated`]), with the same results within the
 //! dtype's rounding.
 //!

@@ -10,7 +10,8 @@
 //! split of one head's positions), after the output projection, and after the gate/up
 //! projection. [`attention_mlp_qkv`] goes on, after a fourth barrier, to the next block's QKV step
 //! on the block's output (the next block's query, key and value heads), so that a decode step of
-//! a Llama/Qwen model is one kernel and the cache write per block.
+//! a Llama/Qwen model is one kernel per block: the kernel that makes a block's keys and values
+//! also writes them into that block's cache ([`NormQkv::cache`]).
 //!
 //! The barriers count on a 64-bit counter that lives for the process and only grows (a block
 //! waits for the next multiple of the grid's size; see [`counters`]), so a launch needs no
