@@ -394,7 +394,7 @@ __device__ void bm_head_out(const float* src, T* dst, bool rotate, const W* w, f
 // `b` of a cache `[rows, heads, capacity, D]` that the kernel takes as an input (`cs`: its
 // strides, `cap`: its capacity) and writes in place; a row past the capacity is not written.
 template <typename T, int D, typename S>
-__device__ __forceinline__ void bm_cache_row(const T* src, const T* cache, const S* cs, int cap,
+__device__ __forceinline__ void bm_cache_row(const T* src, const T* cache, const S& cs, int cap,
                                              int b, int h, int p) {
   __syncwarp();
   if (p < 0 || p >= cap) return;
