@@ -6,7 +6,8 @@ It assembles the kernel's source the way MLX's `cuda_kernel` does (the headers, 
 and strides are `__grid_constant__` arrays of 10) for the `qwen3-0.6b` preset in bf16 with
 dense weights, and adds a host program that launches it 28 times a token on 28 layers' own
 weights (so nothing stays in L2 from one layer to the next), back to back, and prints the time a
-launch takes. Compiled with `-DPROBES`, each block also records the global timer at the kernel's
+launch takes. Each launch writes the next layer's new keys and values into that layer's cache, as
+the decode step does. Compiled with `-DPROBES`, each block also records the global timer at the kernel's
 start, on each side of every grid barrier and at its end, and the program prints when the first
 and the last block passed each point (median over the layers of one token).
 
@@ -149,6 +150,7 @@ int main(int argc, char** argv) {
   Shape g2_shape = g_shape; Strides g2_strides = g_strides;
   Shape wqkv_shape = shape({K, NQKV}); Strides wqkv_strides = row_major ? strides({NQKV, 1}) : strides({1, K});
   Shape bias2_shape = shape({NQKV}); Strides bias2_strides = strides({1});
+  Shape kvc_shape = kv_shape; Strides kvc_strides = kv_strides;
   @UNUSED@
   auto token = [&](bool probe) {
     if (page) page[0] = L;
@@ -162,6 +164,7 @@ int main(int argc, char** argv) {
       const bf16 *wd = l.wd, *wd_scales = l.wd, *wd_biases = l.wd;
       const bf16 *g2 = pool ? pool_norm : next.g, *wqkv = next.wqkv, *wqkv_scales = next.wqkv;
       const bf16 *wqkv_biases = next.wqkv, *bias2 = bias2_p, *qw = next.qw, *kw = next.kw;
+      const bf16* kvc = next.kv;  // the next block's keys and values land in its cache
       const float* freqs = freqs_p;
       const int32_t *len = len_p, *pos = pos_p;
       const uint64_t* sync = sync_p;
@@ -251,7 +254,7 @@ def main() -> None:
               ("wo_biases", "T"), ("g", "T"), ("wgu", "T"), ("wgu_scales", "T"), ("wgu_biases", "T"),
               ("wd", "T"), ("wd_scales", "T"), ("wd_biases", "T"), ("sync", "uint64_t"), ("g2", "T"),
               ("wqkv", "T"), ("wqkv_scales", "T"), ("wqkv_biases", "T"), ("bias2", "T"), ("qw", "T"),
-              ("kw", "T"), ("freqs", "float"), ("pos", "int32_t")]
+              ("kw", "T"), ("freqs", "float"), ("pos", "int32_t"), ("kvc", "T")]
     outputs = [("y", "T"), ("q2", "T"), ("kv2", "T"), ("work", "float")]
     ctype = lambda t: "__nv_bfloat16" if t == "T" else t
     params, call, declared = [], [], []
@@ -270,13 +273,13 @@ def main() -> None:
     consts = [("Q", 0), ("GS", 64), ("K", k), ("HQ", hq), ("HKV", hkv), ("D", d), ("I", i), ("S", splits),
               ("SCALE", float_bits(d ** -0.5)), ("EPS", float_bits(1e-6)), ("GELU", 0), ("WARPS", 16),
               ("EPS2", float_bits(1e-6)), ("QK_EPS", float_bits(1e-6)), ("NORM", 1), ("BIAS", 0),
-              ("HEAD_COUNTS", 512)]
+              ("HEAD_COUNTS", 512), ("CACHE", 1)]
     kernel = "__global__ void attention_mlp_qkv(\n    " + ",\n    ".join(params) + ") {\n"
     kernel += "  using T = __nv_bfloat16;\n" + "".join(f"  constexpr int {n} = {v};\n" for n, v in consts)
     kernel += body + "\n}\n"
     work = (hq * splits * (d + 2) + 3) // 4 * 4 + (k * 2 + 15) // 16 * 4 + (i * 2 + 15) // 16 * 4 + (hq + 2 * hkv) * d
     # Shapes and strides the kernel does not name are declared for every input; mark the rest used.
-    every = [f"{n}_{p}" for n in ("q", "kv", "x", "wo", "g", "wgu", "wd", "g2", "wqkv", "bias2") for p in ("shape", "strides")]
+    every = [f"{n}_{p}" for n in ("q", "kv", "x", "wo", "g", "wgu", "wd", "g2", "wqkv", "bias2", "kvc") for p in ("shape", "strides")]
     unused = " ".join(f"(void){n};" for n in every if n not in declared)
     host = HOST
     for key, val in {"K": k, "HQ": hq, "HKV": hkv, "D": d, "I": i, "SMS": args.sms, "NP": len(points),
