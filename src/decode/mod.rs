@@ -144,7 +144,7 @@ pub fn cache_buffer<B: Backend>(
         Ok(t) => {
             // Evaluated now: a buffer of its own, whatever shares the zeros' lazy form.
             if !crate::trace::is_tracing() {
-                t.array.eval().or_panic("cache_buffer", &[&t.array]);
+                t.eval().or_panic("cache_buffer", &[&t.array]);
             }
             float_from_mlx(t)
         }
