@@ -291,10 +291,10 @@ const ATTENTION_MLP: &str = r#"
 /// heads from `y`, as `norm_qkv_heads_joint` makes them (`rms_norm(y)·Wqkv (+ bias)`, each
 /// query/key head normalized with `qw`/`kw` when `NORM` and rotated at `pos[0]`), into `q2`
 /// (`[1, HQ, 1, D]`) and `kv2` (`[1, 2·HKV, 1, D]`), and with `CACHE` also into row `pos[0]` of
-/// the next block's cache `kvc` (`[1, 2·HKV, capacity, D]`, written in place). Each warp takes two columns at a time and
-/// publishes them to `raw`; a head's count (in `sync` from `HEAD_COUNTS`) grows by `D` a launch,
-/// and the warp that finishes a head's last columns tops the count up to the next multiple of
-/// `ROUND` and writes the head.
+/// the next block's cache `kvc` (`[1, 2·HKV, capacity, D]`, written in place). Each warp takes
+/// two columns at a time and publishes them to `raw`; a head's count (in `sync` from
+/// `HEAD_COUNTS`) grows by `D` a launch, and the warp that finishes a head's last columns tops the
+/// count up to the next multiple of `ROUND` and writes the head.
 const NEXT_QKV: &str = r#"
   {
     constexpr int N = (HQ + 2 * HKV) * D;

@@ -921,9 +921,9 @@ impl<B: Backend> DecoderLayer<B> {
     /// cache), the next block's heads. `heads` are this block's, when the previous block made
     /// them. Each projection carries its neighbours ([`decode::norm_qkv_heads_joint`],
     /// [`decode::linear_add`], [`decode::norm_gated`]); with a joint cache everything once the
-    /// new position is in the cache is [`decode::attention_mlp_qkv`] (with the next block's QKV step where there is
-    /// a next block), and on CUDA the kernel that makes a block's keys and values also writes
-    /// them into its cache, so the block is one kernel.
+    /// new position is in the cache is [`decode::attention_mlp_qkv`] (with the next block's QKV
+    /// step where there is a next block), and on CUDA the kernel that makes a block's keys and
+    /// values also writes them into its cache, so the block is one kernel.
     ///
     /// Only for a block that [`step_parts`](Self::step_parts) accepts.
     #[allow(clippy::too_many_arguments)]
