@@ -112,11 +112,17 @@ fn position_table(v: usize) -> Array {
     TABLE.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|(len, _)| v >= *len) {
-            let len = (v + 1).next_power_of_two().max(8192);
             // Evaluated now, so that every later step reads it as data. Where that is not
-            // allowed (inside a function MLX is tracing), the position is a host array as before.
-            let table =
-                mlx_rs::ops::arange::<_, i32>(0, len as i32, 1).and_then(|t| t.eval().map(|()| t));
+            // allowed (inside a function MLX is tracing, whose call already holds the evaluation
+            // lock), the position is a host array.
+            if crate::trace::is_tracing() {
+                return Array::from_slice(&[v as i32], &[1]);
+            }
+            let len = (v + 1).next_power_of_two().max(8192);
+            let table = mlx_rs::ops::arange::<_, i32>(0, len as i32, 1).and_then(|t| {
+                let _guard = crate::tensor::eval_lock();
+                t.eval().map(|()| t)
+            });
             match table {
                 Ok(t) => *slot = Some((len, t)),
                 Err(_) => return Array::from_slice(&[v as i32], &[1]),
@@ -155,8 +161,13 @@ pub fn cache_buffer<B: Backend>(
 /// The MLX array of `cache` when a kernel launched for `rows` (an input of that kernel) may write
 /// keys and values into it at `offset` in place: `[rows, heads, capacity, head_dim]` (`shape`
 /// with any capacity) on the same device in the rows' dtype, laid out row-contiguous, with a
-/// host offset inside the capacity, outside any MLX trace (a traced function's inputs are
-/// placeholders, and its replay would not own them).
+/// host offset inside the capacity, outside any MLX trace (a traced function's inputs stand for
+/// the arrays of each later call, which the kernel must not write).
+///
+/// MLX reports an unevaluated array's strides as row-contiguous whatever its op will make, so
+/// the layout check holds for what [`cache_buffer`] makes (evaluated) and for the results of
+/// updating it (MLX's slice updates write row-contiguous buffers); a lazily broadcast or
+/// transposed tensor passed as [`NormQkv::cache`] is outside that contract.
 fn writable_cache<B: Backend>(
     cache: &Tensor<B, 4>,
     rows: &MlxTensor,

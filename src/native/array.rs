@@ -581,23 +581,42 @@ mod tests {
         });
     }
 
+    /// The device-made form (asked for with `gpu`; it builds on any stream, so the CPU runs it
+    /// too) and the host form hold the value in the dtype, as a 0-d array, and a value asked for
+    /// again is the same buffer.
     #[test]
     fn int_constants_hold_their_value_and_dtype() {
-        let gpu = MlxDevice::gpu_available();
-        let device = if gpu { MlxDevice::Gpu } else { MlxDevice::Cpu };
-        for (value, dtype) in [
-            (0, mlx_rs::Dtype::Int64),
-            (151_935, mlx_rs::Dtype::Int64),
-            (-3, mlx_rs::Dtype::Int32),
-            (255, mlx_rs::Dtype::Uint8),
-        ] {
-            // Twice: made, then kept.
-            for _ in 0..2 {
-                let c = device.scope(|| int_constant(value, dtype, gpu)).unwrap();
-                assert_eq!((c.shape(), c.dtype()), (&[][..], dtype));
-                let read = c.as_dtype(mlx_rs::Dtype::Int64).unwrap();
-                assert_eq!(read.item_exact::<i64>(), value, "{dtype:?}");
+        let device = if MlxDevice::gpu_available() {
+            MlxDevice::Gpu
+        } else {
+            MlxDevice::Cpu
+        };
+        device.scope(|| {
+            for gpu in [true, false] {
+                for (value, dtype) in [
+                    (7_001, mlx_rs::Dtype::Int64),
+                    (151_935, mlx_rs::Dtype::Int64),
+                    (-3, mlx_rs::Dtype::Int32),
+                    (255, mlx_rs::Dtype::Uint8),
+                ] {
+                    let c = int_constant(value, dtype, gpu).unwrap();
+                    assert_eq!((c.shape(), c.dtype()), (&[][..], dtype), "gpu {gpu}");
+                    let read = c.as_dtype(mlx_rs::Dtype::Int64).unwrap();
+                    assert_eq!(read.item_exact::<i64>(), value, "{dtype:?}, gpu {gpu}");
+                }
             }
-        }
+            // Both held at once, so that a freed buffer cannot come back as the second one.
+            let (first, again) = (
+                int_constant(7_001, mlx_rs::Dtype::Int64, true).unwrap(),
+                int_constant(7_001, mlx_rs::Dtype::Int64, true).unwrap(),
+            );
+            first.eval().unwrap();
+            again.eval().unwrap();
+            assert_eq!(
+                first.as_slice::<i64>().as_ptr(),
+                again.as_slice::<i64>().as_ptr(),
+                "a kept constant is one buffer"
+            );
+        });
     }
 }
