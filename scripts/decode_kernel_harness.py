@@ -235,7 +235,7 @@ def main() -> None:
     src = ROOT / "src" / "decode"
     cuda, gemv, tail = (raw_strings(src / f) for f in ("cuda.rs", "gemv.rs", "tail.rs"))
     header = cuda["HEADER"] + gemv["GEMV_HEADER"] + tail["TAIL_HEADER"]
-    body = tail["ATTENTION_MLP"] + tail["NEXT_QKV"]
+    body = tail["ATTENTION_MLP_PRELUDE"] + tail["ATTENTION_MLP"] + tail["NEXT_QKV"]
     points = ["start"]
     count = [0]
 

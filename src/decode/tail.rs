@@ -11,7 +11,8 @@
 //! projection. [`attention_mlp_qkv`] goes on, after a fourth barrier, to the next block's QKV step
 //! on the block's output (the next block's query, key and value heads), so that a decode step of
 //! a Llama/Qwen model is one kernel per block: the kernel that makes a block's keys and values
-//! also writes them into that block's cache ([`NormQkv::cache`]).
+//! also writes them into that block's cache ([`NormQkv::cache`]). [`super::decoder_stack`] runs
+//! the same phases (these sources) for every block of a stack in one launch.
 //!
 //! The barriers count on a 64-bit counter that lives for the process and only grows (a block
 //! waits for the next multiple of the grid's size; see [`counters`]), so a launch needs no
@@ -39,7 +40,7 @@ use std::sync::OnceLock;
 /// Warps per block: 16 (512 threads), so that each multiprocessor has that many loads in flight;
 /// the kernels ask for at most 128 registers a thread (NVRTC 13.0 for sm_90, every dtype, head
 /// sizes 64 and 128), which 512 threads a block allow.
-const WARPS: usize = 16;
+pub(super) const WARPS: usize = 16;
 
 /// Static shared memory a block may use.
 const SHARED_BYTES: usize = 48 * 1024;
@@ -131,11 +132,11 @@ __device__ void bm_columns_add(const bm_mat<T, Q, GS>& m, const T* xs, const T* 
 }
 "#;
 
-/// `y = h + down(act(gate) · up)` with `[gate | up] = rms_norm(h)·Wgu` and
-/// `h = x + attention(q, kv[..len])·Wo`, for one position (`x` `[1, K]`, `q` `[1, HQ, 1, D]`,
-/// `kv` `[1, 2·HKV, cap, D]`, keys then values). Blocks of `WARPS` warps; `work` holds the
-/// attention's partial softmaxes (`HQ·S` of `D + 2` floats), then `h` and the activation in `T`.
-const ATTENTION_MLP: &str = r#"
+/// The constants, shared memory and indices of [`ATTENTION_MLP`]'s blocks, which do not depend on
+/// the block's arrays (the decoder stack's kernel declares them once for all its blocks). `work`
+/// holds the attention's partial softmaxes (`HQ·S` of `D + 2` floats), then `h` and the
+/// activation in `T`.
+pub(super) const ATTENTION_MLP_PRELUDE: &str = r#"
   constexpr int E = D / 32;
   constexpr int U = 4;
   constexpr int KA = HQ * D;
@@ -162,6 +163,14 @@ const ATTENTION_MLP: &str = r#"
   float* parts = work;
   T* hbuf = reinterpret_cast<T*>(work + H_OFF);
   T* abuf = reinterpret_cast<T*>(work + A_OFF);
+"#;
+
+/// `y = h + down(act(gate) · up)` with `[gate | up] = rms_norm(h)·Wgu` and
+/// `h = x + attention(q, kv[..len])·Wo`, for one position (`x` `[1, K]`, `q` `[1, HQ, 1, D]`,
+/// `kv` `[1, 2·HKV, cap, D]`, keys then values), after [`ATTENTION_MLP_PRELUDE`]. Blocks of
+/// `WARPS` warps. `q` and `x` are read from L2, so they may have been written by other blocks of
+/// the same launch (as in the decoder stack's kernel).
+pub(super) const ATTENTION_MLP: &str = r#"
   const auto mo = bm_mat_of<T, Q, GS, KA>(wo, wo_strides, wo_scales, wo_biases);
   const auto mgu = bm_mat_of<T, Q, GS, K>(wgu, wgu_strides, wgu_scales, wgu_biases);
   const auto md = bm_mat_of<T, Q, GS, I>(wd, wd_strides, wd_scales, wd_biases);
@@ -182,7 +191,7 @@ const ATTENTION_MLP: &str = r#"
       float qr[E];
       const T* qp = q + hq * q_strides[1] + lane * E * q_strides[3];
 #pragma unroll
-      for (int e = 0; e < E; ++e) qr[e] = static_cast<float>(qp[e * q_strides[3]]) * scale;
+      for (int e = 0; e < E; ++e) qr[e] = static_cast<float>(bm_ldcg(qp + e * q_strides[3])) * scale;
       const long ks = kv_strides[2], es = kv_strides[3];
       const T* kb = kv + kvh * kv_strides[1] + lane * E * es;
       const T* vb = kv + (HKV + kvh) * kv_strides[1] + lane * E * es;
@@ -254,7 +263,7 @@ const ATTENTION_MLP: &str = r#"
     xs[idx] = static_cast<T>(num / s_hd[h]);
   }
   __syncthreads();
-  bm_columns_add<T, Q, GS, KA, K, false>(mo, xs, x, x_strides[1], hbuf, wv_o, gw, GW);
+  bm_columns_add<T, Q, GS, KA, K, true>(mo, xs, x, x_strides[1], hbuf, wv_o, gw, GW);
   uint4 wv_gu[2][4];
   bm_preload<T, Q, GS, K, 2, 4>(mgu, gw, I, I, wv_gu);
   bm_grid_sync(bar);
@@ -295,7 +304,7 @@ const ATTENTION_MLP: &str = r#"
 /// two columns at a time and publishes them to `raw`; a head's count (in `sync` from
 /// `HEAD_COUNTS`) grows by `D` a launch, and the warp that finishes a head's last columns tops the
 /// count up to the next multiple of `ROUND` and writes the head.
-const NEXT_QKV: &str = r#"
+pub(super) const NEXT_QKV: &str = r#"
   {
     constexpr int N = (HQ + 2 * HKV) * D;
     constexpr int C = 2;
@@ -349,29 +358,43 @@ const NEXT_QKV: &str = r#"
   }
 "#;
 
+/// The header of the grid kernels: [`HEADER`], [`GEMV_HEADER`] and [`TAIL_HEADER`], joined once
+/// per process.
+pub(super) fn header() -> &'static str {
+    static JOINED: OnceLock<String> = OnceLock::new();
+    JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}{TAIL_HEADER}"))
+}
+
 /// Whether `BURN_MLX_DECODE_GRID` leaves the kernel on (it is unless set to `0`).
-fn grid_kernel_on() -> bool {
+pub(super) fn grid_kernel_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("BURN_MLX_DECODE_GRID").map_or(true, |v| v != "0"))
 }
 
 /// The sizes of one [`attention_mlp`] launch.
-struct Sizes {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sizes {
     /// Hidden size.
-    k: usize,
+    pub k: usize,
     /// Query heads.
-    hq: usize,
+    pub hq: usize,
     /// Key/value heads.
-    hkv: usize,
+    pub hkv: usize,
     /// Head size.
-    d: usize,
+    pub d: usize,
     /// The MLP's width.
-    i: usize,
+    pub i: usize,
 }
 
 /// The blocks of a launch (one per multiprocessor) and the splits of each head's positions, when
-/// the kernel fits this GPU and these sizes.
-fn launch_shape(s: &Sizes, dtype: Dtype) -> Option<(usize, usize)> {
+/// the kernel (blocks of `warps` warps, with `extra` bytes of shared memory of its own) fits this
+/// GPU and these sizes.
+pub(super) fn launch_shape(
+    s: &Sizes,
+    dtype: Dtype,
+    warps: usize,
+    extra: usize,
+) -> Option<(usize, usize)> {
     let size = match dtype {
         Dtype::Float32 => 4,
         Dtype::Bfloat16 | Dtype::Float16 => 2,
@@ -380,7 +403,7 @@ fn launch_shape(s: &Sizes, dtype: Dtype) -> Option<(usize, usize)> {
     let blocks = kernel::multiprocessors()?;
     let stage = (s.hq * s.d).max(s.k).max(s.i) * size;
     let splits = (blocks / s.hq).max(1);
-    let shared = stage + (WARPS * s.d + 2 * WARPS + 32 + 2 * s.hq * splits + 2 * s.hq) * 4;
+    let shared = stage + (warps * s.d + 2 * warps + 32 + 2 * s.hq * splits + 2 * s.hq) * 4 + extra;
     let fits = s.d.is_multiple_of(32)
         && s.d <= 256
         && s.hkv > 0
@@ -405,17 +428,44 @@ struct Inputs<'a> {
 }
 
 /// The arrays and constants of the next block's QKV step ([`NEXT_QKV`]).
-struct NextInputs {
-    norm: Array,
-    w: Mat,
-    bias: Option<Array>,
-    qk: Option<(Array, Array)>,
-    freqs: Array,
-    pos: Array,
-    eps: f32,
-    qk_eps: f32,
+pub(super) struct NextInputs {
+    pub norm: Array,
+    pub w: Mat,
+    pub bias: Option<Array>,
+    pub qk: Option<(Array, Array)>,
+    pub freqs: Array,
+    pub pos: Array,
+    pub eps: f32,
+    pub qk_eps: f32,
     /// The next block's cache, to write its keys and values into ([`NormQkv::cache`]).
-    cache: Option<Array>,
+    pub cache: Option<Array>,
+}
+
+impl NextInputs {
+    /// The arrays of `n` for a kernel whose input rows are `rows`, when its weight (and bias)
+    /// can be read in the rows' dtype; the cache only where the kernel may write it in place
+    /// ([`writable_cache`]).
+    pub(super) fn of<B: Backend>(n: &NormQkv<B>, rows: &MlxTensor) -> Option<Self> {
+        let dtype = rows.array.dtype();
+        let bias = match n.layer.bias() {
+            None => None,
+            Some(b) => Some(dense_array(b.clone(), dtype)?),
+        };
+        let l = n.layout;
+        Some(NextInputs {
+            norm: array_of(n.norm),
+            w: n.layer.mat(dtype)?,
+            bias,
+            qk: n.qk_norms.map(|(q, k)| (array_of(q), array_of(k))),
+            freqs: array_of(n.rope.inverse_frequencies()),
+            pos: n.offset.array(),
+            eps: n.eps as f32,
+            qk_eps: n.qk_eps as f32,
+            cache: n
+                .cache
+                .and_then(|c| writable_cache(c, rows, [1, 2 * l.kv_heads, l.head_dim], n.offset)),
+        })
+    }
 }
 
 /// `attention_mlp`'s kernel on `a` (and, with `next`, the next block's QKV step), launched on
@@ -460,8 +510,7 @@ fn launch(
     ];
     let grid = [(blocks * WARPS * 32) as i32, 1, 1];
     let block = [(WARPS * 32) as i32, 1, 1];
-    static JOINED: OnceLock<String> = OnceLock::new();
-    let header = JOINED.get_or_init(|| format!("{HEADER}{GEMV_HEADER}{TAIL_HEADER}"));
+    let header = header();
     let mut names = vec![
         "q",
         "kv",
@@ -529,8 +578,8 @@ fn launch(
     };
     // The source is read only on the kernel's first use in the process.
     let source = || match next {
-        None => ATTENTION_MLP.to_string(),
-        Some(_) => format!("{ATTENTION_MLP}{NEXT_QKV}"),
+        None => format!("{ATTENTION_MLP_PRELUDE}{ATTENTION_MLP}"),
+        Some(_) => format!("{ATTENTION_MLP_PRELUDE}{ATTENTION_MLP}{NEXT_QKV}"),
     };
     kernel::with_strided_kernel(
         name,
@@ -549,7 +598,7 @@ fn launch(
 
 /// The first entry of [`counters`] that [`NEXT_QKV`] counts heads in (below it: the barrier and
 /// `norm_qkv_heads`'s counts).
-const HEAD_COUNTS: usize = COUNTERS / 2;
+pub(super) const HEAD_COUNTS: usize = COUNTERS / 2;
 
 /// The arguments of [`attention_mlp`], for the paths it and [`attention_mlp_qkv`] share.
 struct Block<'a, B: Backend> {
@@ -614,31 +663,8 @@ impl<B: Backend> Block<'_, B> {
         let dtype = t.array.dtype();
         let weights = (o_proj.mat(dtype), gate_up.mat(dtype), down.mat(dtype));
         let xa = array_of(&self.x);
-        let next = next.map(|n| {
-            let bias = n.layer.bias().map(|b| dense_array(b.clone(), dtype));
-            let w = n.layer.mat(dtype);
-            let norms = n.qk_norms.map(|(q, k)| (array_of(q), array_of(k)));
-            match (w, bias) {
-                (Some(w), None) => Some((w, None, norms)),
-                (Some(w), Some(Some(b))) => Some((w, Some(b), norms)),
-                _ => None,
-            }
-            .map(|(w, bias, qk)| NextInputs {
-                norm: array_of(n.norm),
-                w,
-                bias,
-                qk,
-                freqs: array_of(n.rope.inverse_frequencies()),
-                pos: n.offset.array(),
-                eps: n.eps as f32,
-                qk_eps: n.qk_eps as f32,
-                cache: n.cache.and_then(|c| {
-                    let l = n.layout;
-                    writable_cache(c, &t, [1, 2 * l.kv_heads, l.head_dim], n.offset)
-                }),
-            })
-        });
-        let shape = launch_shape(&sizes, dtype);
+        let next = next.map(|n| NextInputs::of(n, &t));
+        let shape = launch_shape(&sizes, dtype, WARPS, 0);
         // Every weight read as the kernel reads it, and all of one kind (one launch takes one
         // `Q` and `GS`).
         let (Some(wo), Some(wgu), Some(wd)) = weights else {
