@@ -35,12 +35,14 @@
 mod cuda;
 mod gemv;
 mod projection;
+mod stack;
 mod tail;
 
 pub use projection::{
     linear_add, norm_gated, norm_qkv_heads, norm_qkv_heads_joint, Dense, JointHeads, Linear,
     NormQkv, Quantized, MAX_FUSED_ROWS,
 };
+pub use stack::{decoder_stack, StackBlock};
 pub use tail::{attention_mlp, attention_mlp_qkv};
 
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, swiglu, RotaryEmbedding};

@@ -19,6 +19,7 @@ mod backend_smoke;
 mod bool_ops;
 mod decode;
 mod decode_quantized;
+mod decode_stack;
 mod errors;
 mod export;
 mod float_ops;

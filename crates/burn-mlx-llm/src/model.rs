@@ -1534,6 +1534,44 @@ impl<B: Backend> Llm<B> {
         ))
     }
 
+    /// Every block's decode step on `x` through [`decode::decoder_stack`] (one kernel on CUDA),
+    /// with joint caches; `x` back where it does not run.
+    fn decoder_stack(
+        &self,
+        x: Tensor<B, 2>,
+        caches: &[LayerCache<B>],
+        at: &At<B>,
+        len: &At<B>,
+    ) -> std::result::Result<Tensor<B, 2>, Tensor<B, 2>> {
+        let blocks: Option<Vec<decode::StackBlock<'_, B>>> = self
+            .layers
+            .iter()
+            .zip(caches)
+            .map(|(layer, cache)| {
+                let [_, o_proj, gate_up, down] = layer.step_parts()?;
+                let post = &layer.post_attention_layernorm;
+                Some(decode::StackBlock {
+                    qkv: layer.qkv_step(&self.rope, at, Some(cache.joint()?))?,
+                    o_proj,
+                    norm: &post.weight,
+                    eps: post.eps,
+                    gate_up,
+                    down,
+                })
+            })
+            .collect();
+        let (Some(blocks), Some(first)) = (blocks, self.layers.first()) else {
+            return Err(x);
+        };
+        let scale = 1.0 / (first.self_attn.head_dim as f64).sqrt();
+        let gate = if first.mlp.gelu {
+            Gate::GeluTanh
+        } else {
+            Gate::Silu
+        };
+        decode::decoder_stack(x, &blocks, len, scale, gate)
+    }
+
     /// Embeds `ids` (`[batch, seq]`), runs every layer with its cache, and projects to logits.
     /// `padding` gives each row's padded positions (empty, or all 0: none).
     fn forward_layers(
@@ -1584,6 +1622,13 @@ impl<B: Backend> Llm<B> {
             let (at, len) = (decode_position(position), decode_length(position));
             // With joint caches each block's kernel also makes the next block's heads.
             let joint = caches.iter().all(LayerCache::is_joint);
+            if joint {
+                // The whole stack as one kernel where it runs (it writes every cache itself).
+                match self.decoder_stack(x, caches, &at, &len) {
+                    Ok(y) => return self.lm_head.matmul_t(self.norm.forward(y)),
+                    Err(back) => x = back,
+                }
+            }
             let mut heads = None;
             for (i, layer) in self.layers.iter().enumerate() {
                 let (done, rest) = caches.split_at_mut(i + 1);
