@@ -494,17 +494,14 @@ fn launch(
         }
     }
     let [q, gs] = head.wo.template_args();
-    let targs = [
+    let mut targs = vec![
         TemplateArg::Dtype("T", dtype),
         q,
         gs,
         TemplateArg::Int("L", n as i32),
-        TemplateArg::Int("K", s.k as i32),
-        TemplateArg::Int("HQ", s.hq as i32),
-        TemplateArg::Int("HKV", s.hkv as i32),
-        TemplateArg::Int("D", s.d as i32),
-        TemplateArg::Int("I", s.i as i32),
-        TemplateArg::Int("S", splits as i32),
+    ];
+    targs.extend(s.template_args(splits));
+    targs.extend([
         TemplateArg::Int("SCALE", scale.to_bits() as i32),
         TemplateArg::Int("EPS", a.eps.to_bits() as i32),
         TemplateArg::Int("GELU", (gate == Gate::GeluTanh) as i32),
@@ -515,7 +512,7 @@ fn launch(
         TemplateArg::Int("BIAS", bias as i32),
         TemplateArg::Int("HEAD_COUNTS", HEAD_COUNTS as i32),
         TemplateArg::Int("CACHE", 1),
-    ];
+    ]);
     let out_shape = dims_i32(&[1, s.k]);
     let work_shape = dims_i32(&[work]);
     let outputs: [(&[i32], Dtype); 2] = [(&out_shape, dtype), (&work_shape, Dtype::Float32)];

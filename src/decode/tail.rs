@@ -386,6 +386,21 @@ pub(super) struct Sizes {
     pub i: usize,
 }
 
+impl Sizes {
+    /// The template arguments `K`, `HQ`, `HKV`, `D`, `I` and `S` (`splits` of each head's
+    /// positions) of the kernels that run [`ATTENTION_MLP`].
+    pub(super) fn template_args(&self, splits: usize) -> [TemplateArg; 6] {
+        [
+            TemplateArg::Int("K", self.k as i32),
+            TemplateArg::Int("HQ", self.hq as i32),
+            TemplateArg::Int("HKV", self.hkv as i32),
+            TemplateArg::Int("D", self.d as i32),
+            TemplateArg::Int("I", self.i as i32),
+            TemplateArg::Int("S", splits as i32),
+        ]
+    }
+}
+
 /// The blocks of a launch (one per multiprocessor) and the splits of each head's positions, when
 /// the kernel (blocks of `warps` warps, with `extra` bytes of shared memory of its own) fits this
 /// GPU and these sizes.
@@ -493,21 +508,14 @@ fn launch(
     let y_shape = dims_i32(&[1, s.k]);
     let work_shape = dims_i32(&[work]);
     let [q, gs] = a.wo.template_args();
-    let mut targs = vec![
-        TemplateArg::Dtype("T", dtype),
-        q,
-        gs,
-        TemplateArg::Int("K", s.k as i32),
-        TemplateArg::Int("HQ", s.hq as i32),
-        TemplateArg::Int("HKV", s.hkv as i32),
-        TemplateArg::Int("D", s.d as i32),
-        TemplateArg::Int("I", s.i as i32),
-        TemplateArg::Int("S", splits as i32),
+    let mut targs = vec![TemplateArg::Dtype("T", dtype), q, gs];
+    targs.extend(s.template_args(splits));
+    targs.extend([
         TemplateArg::Int("SCALE", scale.to_bits() as i32),
         TemplateArg::Int("EPS", eps.to_bits() as i32),
         TemplateArg::Int("GELU", gelu as i32),
         TemplateArg::Int("WARPS", WARPS as i32),
-    ];
+    ]);
     let grid = [(blocks * WARPS * 32) as i32, 1, 1];
     let block = [(WARPS * 32) as i32, 1, 1];
     let header = header();
