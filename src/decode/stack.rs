@@ -74,9 +74,10 @@ const SLOTS: usize = 18;
 ///
 /// On MLX's CUDA device, when every block has the same sizes, weights of one kind (all dense or
 /// all quantized alike, no biases but the QKV projection's), the same norms' epsilons, one
-/// rotary embedding and position, and a cache the kernel may write in place, this is one kernel
-/// (see the module's docs; `BURN_MLX_DECODE_STACK=0` turns it off). Otherwise `x` comes back unchanged (`Err`) and nothing has been
-/// written: the caller runs the blocks one by one.
+/// rotary embedding and position, norms in the rows' dtype, and a cache the kernel may write in
+/// place, this is one kernel (see the module's docs; `BURN_MLX_DECODE_STACK=0` turns it off).
+/// Otherwise `x` comes back unchanged (`Err`) and nothing has been written: the caller runs the
+/// blocks one by one. Each block must have a cache of its own.
 pub fn decoder_stack<B: Backend>(
     x: Tensor<B, 2>,
     blocks: &[StackBlock<'_, B>],
@@ -164,7 +165,11 @@ impl StackInputs {
                     .iter()
                     .all(|p| p.bias().is_none())
         };
-        if !blocks.iter().all(same) || l.width() / l.head_dim > kernel_head_counts() {
+        let hidden = t.array.shape().last().map(|&h| h as usize);
+        if !blocks.iter().all(same)
+            || l.width() / l.head_dim > kernel_head_counts()
+            || hidden != Some(k)
+        {
             return None;
         }
         let mut inputs = Vec::with_capacity(blocks.len());
@@ -190,7 +195,9 @@ impl StackInputs {
                 (&b.wgu, &head.wgu),
                 (&b.wd, &head.wd),
             ];
-            let unit = |a: &Array| a.strides() == [1];
+            // The table holds pointers: a norm or bias is read as the rows' dtype, with unit
+            // stride.
+            let unit = |a: &Array| a.strides() == [1] && a.dtype() == dtype;
             mats.iter().all(|(m, h)| {
                 m.same_kind(&head.wo) && m.inputs()[0].strides() == h.inputs()[0].strides()
             }) && b.cache.strides() == head.cache.strides()

@@ -1543,6 +1543,9 @@ impl<B: Backend> Llm<B> {
         at: &At<B>,
         len: &At<B>,
     ) -> std::result::Result<Tensor<B, 2>, Tensor<B, 2>> {
+        if !decode::kernels_run::<B>(&self.device) {
+            return Err(x);
+        }
         let blocks: Option<Vec<decode::StackBlock<'_, B>>> = self
             .layers
             .iter()
