@@ -15,6 +15,10 @@ and the last block passed each point (median over the layers of one token).
     nvcc -O3 -arch=sm_90 -std=c++17 -w am.cu -o am          # add -DPROBES for the phase table
     ./am [LENGTH=640] [TOKENS=20]
 
+With `--stack`, the program times `decoder_stack`'s kernel (src/decode/stack.rs) instead: the
+whole stack of 28 blocks in one launch a token, on the same weights, assembled from the same
+sources (blocks of 8 warps; no probes).
+
 The program's environment chooses where its inputs live, to compare with what MLX gives the
 kernel:
 
@@ -152,8 +156,16 @@ int main(int argc, char** argv) {
   Shape bias2_shape = shape({NQKV}); Strides bias2_strides = strides({1});
   Shape kvc_shape = kv_shape; Strides kvc_strides = kv_strides;
   @UNUSED@
+#if defined(PROBES) && defined(STACK_MODE)
+#error "the stack kernel has no probes"
+#endif
   auto token = [&](bool probe) {
     if (page) page[0] = L;
+#ifdef STACK_MODE
+    (void)probe;
+    @STACK_LAUNCH@
+    return;
+#endif
     for (int li = 0; li < LAYERS; ++li) {
       const Layer& l = layers[li];
       const Layer& next = layers[(li + 1) % LAYERS];
@@ -189,7 +201,7 @@ int main(int argc, char** argv) {
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
-    printf("%.2f us a launch (with the gap to the next), %.3f ms a token of %d layers\n",
+    printf("%.2f us a layer (with the gap to the next launch), %.3f ms a token of %d layers\n",
            ms * 1000 / (TOKENS * LAYERS), ms / TOKENS, LAYERS);
   }
 #ifdef PROBES
@@ -217,6 +229,11 @@ int main(int argc, char** argv) {
 """
 
 
+# The shapes and strides the host program declares for every input of the per-layer kernel.
+HOST_SHAPES = [f"{n}_{p}" for n in ("q", "kv", "x", "wo", "g", "wgu", "wd", "g2", "wqkv", "bias2", "kvc")
+               for p in ("shape", "strides")]
+
+
 def raw_strings(path: Path) -> dict:
     """The `const NAME: &str = r#"..."#;` constants of a Rust file."""
     return dict(re.findall(r'const (\w+): &str = r#"(.*?)"#;', path.read_text(), re.S))
@@ -230,11 +247,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="attention_mlp_qkv.cu", help="the CUDA file to write")
     ap.add_argument("--sms", type=int, default=132, help="multiprocessors (blocks), 132 on an H100/H200")
+    ap.add_argument("--stack", action="store_true", help="time decoder_stack's kernel (one launch a token)")
     args = ap.parse_args()
 
     src = ROOT / "src" / "decode"
-    cuda, gemv, tail = (raw_strings(src / f) for f in ("cuda.rs", "gemv.rs", "tail.rs"))
+    cuda, gemv, tail, stack = (raw_strings(src / f) for f in ("cuda.rs", "gemv.rs", "tail.rs", "stack.rs"))
     header = cuda["HEADER"] + gemv["GEMV_HEADER"] + tail["TAIL_HEADER"]
+    if args.stack:
+        write_stack(args, header, tail, stack)
+        return
     body = tail["ATTENTION_MLP_PRELUDE"] + tail["ATTENTION_MLP"] + tail["NEXT_QKV"]
     points = ["start"]
     count = [0]
@@ -279,15 +300,82 @@ def main() -> None:
     kernel += body + "\n}\n"
     work = (hq * splits * (d + 2) + 3) // 4 * 4 + (k * 2 + 15) // 16 * 4 + (i * 2 + 15) // 16 * 4 + (hq + 2 * hkv) * d
     # Shapes and strides the kernel does not name are declared for every input; mark the rest used.
-    every = [f"{n}_{p}" for n in ("q", "kv", "x", "wo", "g", "wgu", "wd", "g2", "wqkv", "bias2", "kvc") for p in ("shape", "strides")]
-    unused = " ".join(f"(void){n};" for n in every if n not in declared)
+    unused = " ".join(f"(void){n};" for n in HOST_SHAPES if n not in declared)
     host = HOST
     for key, val in {"K": k, "HQ": hq, "HKV": hkv, "D": d, "I": i, "SMS": args.sms, "NP": len(points),
-                     "WORK": work, "ARGS": ", ".join(call), "UNUSED": unused}.items():
+                     "WORK": work, "ARGS": ", ".join(call), "UNUSED": unused, "STACK_LAUNCH": ""}.items():
         host = host.replace(f"@{key}@", str(val))
     names = "static const char* POINTS[] = {" + ", ".join(f'"{p}"' for p in points) + "};\n"
     Path(args.out).write_text(PRELUDE + f"#define NPROBE {len(points)}\n" + names + header + kernel + host)
     print(f"wrote {args.out}: {len(points)} probe points, {splits} splits of each head's positions")
+
+
+# A block's entries in decoder_stack's table (stack.rs, `table_entries`) for dense weights with
+# query/key norms and no QKV bias, each with the host array that the program passes for it, or the
+# entry that stands in for it (`stand_in`).
+STACK_ENTRIES = [("gi", "g"), ("wqkv", "wqkv"), ("wqkv_scales", "=wqkv"), ("wqkv_biases", "=wqkv"),
+                 ("bqkv", "=wqkv"), ("qn", "qw"), ("kn", "kw"), ("kvc", "kv"), ("wo", "wo"),
+                 ("wo_scales", "=wo"), ("wo_biases", "=wo"), ("gp", "g"), ("wgu", "wgu"),
+                 ("wgu_scales", "=wgu"), ("wgu_biases", "=wgu"), ("wd", "wd"), ("wd_scales", "=wd"),
+                 ("wd_biases", "=wd")]
+
+
+def input_name(entry: str, block: int) -> str:
+    """The kernel input of `entry` of `block`, as stack.rs names it: `wo_3`, `wo_3_scales`."""
+    weight, _, part = entry.partition("_")
+    return f"{weight}_{block}_{part}" if part in ("scales", "biases") else f"{entry}_{block}"
+
+
+def write_stack(args, header: str, tail: dict, stack: dict) -> None:
+    """The program for `--stack`: decoder_stack's kernel as MLX assembles it, launched once a token."""
+    layers, k, hq, hkv, d, i, warps = 28, 1024, 16, 8, 128, 3072, 8
+    splits = max(1, args.sms // hq)
+    header += (stack["STACK_BLOCK_HEAD"] + tail["ATTENTION_MLP_PRELUDE"] + stack["STACK_BLOCK_QKV"]
+               + tail["NEXT_QKV"] + stack["STACK_BLOCK_MLP"] + tail["ATTENTION_MLP"] + "  }\n}\n")
+    body = f"  __shared__ const void* bm_tab[L][{len(STACK_ENTRIES)}];\n  if (threadIdx.x == 0) {{\n"
+    for b in range(layers):
+        for slot, (entry, host) in enumerate(STACK_ENTRIES):
+            body += f"    bm_tab[{b}][{slot}] = {input_name(host[1:] if host.startswith('=') else entry, b)};\n"
+    body += "  }\n  __syncthreads();\n" + stack["STACK_LOOP"]
+    # Inputs as MLX orders them, with the shapes and strides the body names; host expressions.
+    inputs = [("hidden", "bf16", "xs[0]"), ("len", "int32_t", "len_p"), ("pos", "int32_t", "pos_p"),
+              ("freqs", "float", "freqs_p"), ("sync", "uint64_t", "sync_p")]
+    for b in range(layers):
+        for entry, host in STACK_ENTRIES:
+            if not host.startswith("="):
+                inputs.append((input_name(entry, b), "bf16", f"layers[{b}].{host}"))
+    host_of = {"kvc_0": "kvc", "wqkv_0": "wqkv", "wo_0": "wo", "wgu_0": "wgu", "wd_0": "wd"}
+    params, call = [], []
+    for n, t, h in inputs:
+        params.append(f"const {'__nv_bfloat16' if t == 'bf16' else t}* {n}")
+        call.append(f"(const {t}*){h}")
+        for part, ty in (("shape", "Shape"), ("strides", "Strides")):
+            if f"{n}_{part}" in body:
+                params.append(f"const __grid_constant__ {ty} {n}_{part}")
+                call.append(f"{host_of[n]}_{part}")
+    params += ["__nv_bfloat16* out", "float* work"]
+    call += ["xs[1]", "work_p"]
+    consts = [("Q", 0), ("GS", 64), ("L", layers), ("K", k), ("HQ", hq), ("HKV", hkv), ("D", d), ("I", i),
+              ("S", splits), ("SCALE", float_bits(d ** -0.5)), ("EPS", float_bits(1e-6)), ("GELU", 0),
+              ("WARPS", warps), ("EPS2", float_bits(1e-6)), ("QK_EPS", float_bits(1e-6)), ("NORM", 1),
+              ("BIAS", 0), ("HEAD_COUNTS", 512), ("CACHE", 1)]
+    kernel = "__global__ void decoder_stack(\n    " + ",\n    ".join(params) + ") {\n"
+    kernel += "  using T = __nv_bfloat16;\n" + "".join(f"  constexpr int {n} = {v};\n" for n, v in consts)
+    kernel += body + "}\n"
+    t4 = lambda n: (n * 2 + 15) // 16 * 4
+    work = ((hq * splits * (d + 2) + 3) // 4 * 4 + t4(k) + t4(i) + (hq + 2 * hkv) * d + t4(hq * d)
+            + t4(2 * hkv * d) + t4(k))
+    launch = (f"decoder_stack<<<SMS, {warps * 32}>>>({', '.join(call)});\n    CK(cudaGetLastError());")
+    host = HOST
+    for key, val in {"K": k, "HQ": hq, "HKV": hkv, "D": d, "I": i, "SMS": args.sms, "NP": 1, "WORK": work,
+                     "ARGS": "", "UNUSED": " ".join(f"(void){n};" for n in HOST_SHAPES),
+                     "STACK_LAUNCH": launch}.items():
+        host = host.replace(f"@{key}@", str(val))
+    # The per-layer launch is compiled but never reached; it names a kernel of that mode only.
+    host = host.replace("attention_mlp_qkv<<<SMS, 512>>>();", "")
+    names = 'static const char* POINTS[] = {"start"};\n'
+    Path(args.out).write_text(PRELUDE + "#define STACK_MODE\n#define NPROBE 1\n" + names + header + kernel + host)
+    print(f"wrote {args.out}: the stack of {layers} blocks, {splits} splits of each head's positions")
 
 
 if __name__ == "__main__":
