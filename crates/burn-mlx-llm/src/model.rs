@@ -885,6 +885,16 @@ impl<B: Backend> DecoderLayer<B> {
         ])
     }
 
+    /// The attention scale (`1/sqrt(head_dim)`) and the MLP's gate of the block's decode step.
+    fn attention_scale_and_gate(&self) -> (f64, Gate) {
+        let gate = if self.mlp.gelu {
+            Gate::GeluTanh
+        } else {
+            Gate::Silu
+        };
+        (1.0 / (self.self_attn.head_dim as f64).sqrt(), gate)
+    }
+
     /// The block's QKV step at `at` (its input norm, fused projection, heads, query/key norms and
     /// RoPE), for [`decode::NormQkv::heads_joint_cached`] or the previous block's
     /// [`decode::attention_mlp_qkv`], writing the keys and values into `cache` (the block's joint
@@ -945,12 +955,7 @@ impl<B: Backend> DecoderLayer<B> {
                     .into(),
             ));
         };
-        let scale = 1.0 / (own.layout.head_dim as f64).sqrt();
-        let gate = if self.mlp.gelu {
-            Gate::GeluTanh
-        } else {
-            Gate::Silu
-        };
+        let (scale, gate) = self.attention_scale_and_gate();
         let post = &self.post_attention_layernorm;
         if cache.is_joint() {
             let heads = heads.unwrap_or_else(|| {
@@ -1566,12 +1571,7 @@ impl<B: Backend> Llm<B> {
         let (Some(blocks), Some(first)) = (blocks, self.layers.first()) else {
             return Err(x);
         };
-        let scale = 1.0 / (first.self_attn.head_dim as f64).sqrt();
-        let gate = if first.mlp.gelu {
-            Gate::GeluTanh
-        } else {
-            Gate::Silu
-        };
+        let (scale, gate) = first.attention_scale_and_gate();
         decode::decoder_stack(x, &blocks, len, scale, gate)
     }
 
