@@ -194,11 +194,22 @@ __device__ __forceinline__ float bm_mat_at(const bm_mat<T, Q, GS>& m, long col, 
   return static_cast<float>(m.s[gi]) * static_cast<float>(u) + static_cast<float>(m.b[gi]);
 }
 
-// Loads the 16-byte pieces i0 .. i0 + CH of columns n, n + dc, ... (C of them) of `m`; piece i
-// of a column holds, for this lane, values i*32*V + lane*V .. + V.
+// The pieces of C columns that a warp holds: CH 16-byte pieces of each, and for quantized
+// weights each piece's scale and bias, loaded with the piece (so that a column's sums wait on
+// memory once, not once for the pieces and again for their groups' scales).
+template <typename T, int Q, int C, int CH>
+struct bm_cols {
+  uint4 w[C][CH];
+  T s[C][CH];
+  T b[C][CH];
+};
+
+// Loads the 16-byte pieces i0 .. i0 + CH of columns n, n + dc, ... (C of them) of `m`, with their
+// scales and biases when quantized; piece i of a column holds, for this lane, values
+// i*32*V + lane*V .. + V (one group: V divides GS).
 template <typename T, int Q, int GS, int K, int C, int CH>
 __device__ __forceinline__ void bm_mat_load(const bm_mat<T, Q, GS>& m, long n, long dc, int i0,
-                                            uint4 (&wv)[C][CH]) {
+                                            bm_cols<T, Q, C, CH>& wv) {
   constexpr int V = bm_piece<T, Q>::V;
   constexpr int STEP = 32 * V;
   constexpr int ITERS = K / STEP;
@@ -207,7 +218,14 @@ __device__ __forceinline__ void bm_mat_load(const bm_mat<T, Q, GS>& m, long n, l
   for (int c = 0; c < C; ++c) {
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-      if (i0 + i < ITERS) wv[c][i] = *bm_mat_piece(m, n + c * dc, (long)(i0 + i) * STEP + lane * V);
+      if (i0 + i < ITERS) {
+        const long col = n + c * dc, k = (long)(i0 + i) * STEP + lane * V;
+        wv.w[c][i] = *bm_mat_piece(m, col, k);
+        if (Q != 0) {
+          wv.s[c][i] = m.s[col * m.gn + k / GS];
+          wv.b[c][i] = m.b[col * m.gn + k / GS];
+        }
+      }
     }
   }
 }
@@ -215,9 +233,9 @@ __device__ __forceinline__ void bm_mat_load(const bm_mat<T, Q, GS>& m, long n, l
 // acc[c][r] += the pieces p[c] (values k0 .. k0 + V of columns n + c*dc) times row r of `xs`
 // ([R][K]) there. A quantized piece's sum is s * sum(x*u) + b * sum(x): its V values share one
 // group (V divides GS).
-template <typename T, int Q, int GS, int R, int K, int C>
-__device__ __forceinline__ void bm_piece_acc(const bm_mat<T, Q, GS>& m, long n, long dc, long k0,
-                                             const uint4 (&p)[C], const T* xs,
+template <typename T, int Q, int R, int K, int C>
+__device__ __forceinline__ void bm_piece_acc(long k0, const uint4 (&p)[C], const T (&ps)[C],
+                                             const T (&pb)[C], const T* xs,
                                              float (&acc)[C][R]) {
   constexpr int VT = 16 / sizeof(T);
   if (Q == 0) {
@@ -240,13 +258,6 @@ __device__ __forceinline__ void bm_piece_acc(const bm_mat<T, Q, GS>& m, long n, 
   constexpr int V = 128 / QB;
   constexpr int PER = 32 / QB;
   constexpr uint32_t MASK = (1u << (QB % 32)) - 1u;
-  float sc[C], bc[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    const long gi = (n + c * dc) * m.gn + k0 / GS;
-    sc[c] = static_cast<float>(m.s[gi]);
-    bc[c] = static_cast<float>(m.b[gi]);
-  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float sx = 0.f;
@@ -270,17 +281,20 @@ __device__ __forceinline__ void bm_piece_acc(const bm_mat<T, Q, GS>& m, long n, 
       }
     }
 #pragma unroll
-    for (int c = 0; c < C; ++c) acc[c][r] += sc[c] * d[c] + bc[c] * sx;
+    for (int c = 0; c < C; ++c) {
+      acc[c][r] += static_cast<float>(ps[c]) * d[c] + static_cast<float>(pb[c]) * sx;
+    }
   }
 }
 
 // acc[c][r] = sum over k of xs[r][k] * (value k of column n + c*dc of `m`): C columns against R
 // staged rows, by one warp; every lane gets the sums. With `vec` (see bm_mat_vec) the columns
 // are read CH pieces at a time, the first CH already in `wv` (loaded by the caller before
-// staging, so that the weights' latency hides the staging's); otherwise value by value.
+// staging, so that the weights' latency hides the staging's; the later ones are loaded into
+// `wv` here); otherwise value by value.
 template <typename T, int Q, int GS, int R, int K, int C, int CH>
 __device__ void bm_mat_dot(const bm_mat<T, Q, GS>& m, long n, long dc, const T* xs, bool vec,
-                           uint4 (&wv)[C][CH], float (&acc)[C][R]) {
+                           bm_cols<T, Q, C, CH>& wv, float (&acc)[C][R]) {
   constexpr int V = bm_piece<T, Q>::V;
   constexpr int STEP = 32 * V;
   constexpr int ITERS = K / STEP;
@@ -300,9 +314,14 @@ __device__ void bm_mat_dot(const bm_mat<T, Q, GS>& m, long n, long dc, const T* 
       for (int i = 0; i < CH; ++i) {
         if (i0 + i < ITERS) {
           uint4 p[C];
+          T ps[C], pb[C];
 #pragma unroll
-          for (int c = 0; c < C; ++c) p[c] = wv[c][i];
-          bm_piece_acc<T, Q, GS, R, K, C>(m, n, dc, (long)(i0 + i) * STEP + lane * V, p, xs, acc);
+          for (int c = 0; c < C; ++c) {
+            p[c] = wv.w[c][i];
+            ps[c] = wv.s[c][i];
+            pb[c] = wv.b[c][i];
+          }
+          bm_piece_acc<T, Q, R, K, C>((long)(i0 + i) * STEP + lane * V, p, ps, pb, xs, acc);
         }
       }
     }
@@ -310,9 +329,16 @@ __device__ void bm_mat_dot(const bm_mat<T, Q, GS>& m, long n, long dc, const T* 
     const long k0 = (long)ITERS * STEP + lane * V;
     if (k0 < K) {
       uint4 p[C];
+      T ps[C], pb[C];
 #pragma unroll
-      for (int c = 0; c < C; ++c) p[c] = *bm_mat_piece(m, n + c * dc, k0);
-      bm_piece_acc<T, Q, GS, R, K, C>(m, n, dc, k0, p, xs, acc);
+      for (int c = 0; c < C; ++c) {
+        p[c] = *bm_mat_piece(m, n + c * dc, k0);
+        if (Q != 0) {
+          ps[c] = m.s[(n + c * dc) * m.gn + k0 / GS];
+          pb[c] = m.b[(n + c * dc) * m.gn + k0 / GS];
+        }
+      }
+      bm_piece_acc<T, Q, R, K, C>(k0, p, ps, pb, xs, acc);
     }
   } else {
     for (int k = lane; k < K; k += 32) {
@@ -415,7 +441,7 @@ const LINEAR_ADD: &str = r#"
   const long col = live ? n : 0;
   const auto m = bm_mat_of<T, Q, GS, K>(w, w_strides, w_scales, w_biases);
   const bool vec = bm_mat_vec<T, Q, GS, K>(m, col, 0);
-  uint4 wv[1][CH];
+  bm_cols<T, Q, 1, CH> wv;
   if (live && vec) bm_mat_load<T, Q, GS, K, 1, CH>(m, col, 0, 0, wv);
   bm_stage_rows<T, R, K, false, 256>(x, x_strides[0], x_strides[1], x, 0, 0.f, xs, red);
   if (!live) return;
@@ -443,7 +469,7 @@ const NORM_GATED: &str = r#"
   const long col = live ? j : 0;
   const auto m = bm_mat_of<T, Q, GS, K>(w, w_strides, w_scales, w_biases);
   const bool vec = bm_mat_vec<T, Q, GS, K>(m, col, I);
-  uint4 wv[2][CH];
+  bm_cols<T, Q, 2, CH> wv;
   if (live && vec) bm_mat_load<T, Q, GS, K, 2, CH>(m, col, I, 0, wv);
   bm_stage_rows<T, R, K, true, 256>(x, x_strides[0], x_strides[1], g, g_strides[0],
                                     __int_as_float(EPS), xs, red);
@@ -489,7 +515,7 @@ const NORM_QKV_HEADS: &str = r#"
   const auto m = bm_mat_of<T, Q, GS, K>(w, w_strides, w_scales, w_biases);
   const long n0 = (long)head * D + c0 + warp * C;
   const bool vec = bm_mat_vec<T, Q, GS, K>(m, n0, 1);
-  uint4 wv[C][CH];
+  bm_cols<T, Q, C, CH> wv;
   if (vec) bm_mat_load<T, Q, GS, K, C, CH>(m, n0, 1, 0, wv);
   bm_stage_rows<T, R, K, true, WARPS * 32>(x, x_strides[0], x_strides[1], g, g_strides[0],
                                            __int_as_float(EPS), xs, red);

@@ -51,9 +51,9 @@ pub struct StackBlock<'a, B: Backend> {
     pub down: Linear<'a, B>,
 }
 
-/// Warps per block: 8 (256 threads). The block function needs up to 231 registers a thread
-/// (NVRTC 13.0 for sm_90, dense f32; 128 to 226 for the other dtypes and quantized forms), which
-/// 8 warps a block allow. Blocks of 16 warps, held to 128 registers by launch bounds (and so
+/// Warps per block: 8 (256 threads). The block function needs up to 255 registers a thread
+/// without spilling (NVRTC 13.0 for sm_90, `qwen3-0.6b`'s sizes: 8-bit 255, dense 226 to 231,
+/// 4-bit 168), which 8 warps a block allow. Blocks of 16 warps, held to 128 registers by launch bounds (and so
 /// spilling), decoded `qwen3-0.6b` in bf16 at 676 and 690 tok/s on an H200 against 715 and 715
 /// for 8 warps in the same rounds (`benches/decode.md`).
 const WARPS: usize = 8;

@@ -105,24 +105,62 @@ __device__ void bm_stage_shared(const T* src, const T* g, long gs, float eps, T*
 // weights, issued before the barrier ahead of it.
 template <typename T, int Q, int GS, int K, int C, int CH>
 __device__ __forceinline__ void bm_preload(const bm_mat<T, Q, GS>& m, long first, long dc, long N,
-                                           uint4 (&wv)[C][CH]) {
+                                           bm_cols<T, Q, C, CH>& wv) {
   if (first < N && bm_mat_vec<T, Q, GS, K>(m, first, dc)) {
     bm_mat_load<T, Q, GS, K, C, CH>(m, first, dc, 0, wv);
   }
 }
 
+// A warp's weight pieces for its rounds over the columns first, first + step, ... below N of a
+// bm_mat (C columns dc apart a round): `cur` holds the round's pieces. Quantized pieces take few
+// registers, so they are loaded two rounds ahead (`next` holds the next round's) and a round
+// waits on no load but those of the first two rounds, issued before the phase's barrier. Dense
+// pieces are loaded at the top of each round after the first.
+template <typename T, int Q, int C, int CH, bool AHEAD>
+struct bm_stream {
+  bm_cols<T, Q, C, CH> cur, next;
+};
+
+// Issues the loads of the first rounds of `s` (before the barrier ahead of the phase).
+template <typename T, int Q, int GS, int K, int C, int CH, bool AHEAD>
+__device__ __forceinline__ void bm_stream_start(const bm_mat<T, Q, GS>& m, long first, long step,
+                                                long dc, long N, bm_stream<T, Q, C, CH, AHEAD>& s) {
+  bm_preload<T, Q, GS, K, C, CH>(m, first, dc, N, s.cur);
+  if (AHEAD) bm_preload<T, Q, GS, K, C, CH>(m, first + step, dc, N, s.next);
+}
+
+// Makes `s.cur` hold the pieces of the round at column n (loading them, for dense weights, in
+// the rounds after the first).
+template <typename T, int Q, int GS, int K, int C, int CH, bool AHEAD>
+__device__ __forceinline__ void bm_stream_at(const bm_mat<T, Q, GS>& m, long n, long first,
+                                             long dc, bool vec, bm_stream<T, Q, C, CH, AHEAD>& s) {
+  if (!AHEAD && vec && n != first) bm_mat_load<T, Q, GS, K, C, CH>(m, n, dc, 0, s.cur);
+}
+
+// After the round at column n has used `s.cur`: for quantized weights `cur` takes the next
+// round's pieces and the loads of the round after it are issued.
+template <typename T, int Q, int GS, int K, int C, int CH, bool AHEAD>
+__device__ __forceinline__ void bm_stream_next(const bm_mat<T, Q, GS>& m, long n, long step,
+                                               long dc, long N, bm_stream<T, Q, C, CH, AHEAD>& s) {
+  if (AHEAD) {
+    s.cur = s.next;
+    bm_preload<T, Q, GS, K, C, CH>(m, n + 2 * step, dc, N, s.next);
+  }
+}
+
 // out[n] = T(res[n·rs] + T(xs · column n of m)) (rounded as linear_add rounds) for the columns
-// n = gw, gw + GW, ... below N of `m` (KK values a column), one warp each; the first column's
-// weights are in `wv` (bm_preload). With RES_L2 the residual was written by other blocks of the
-// grid.
+// n = gw, gw + GW, ... below N of `m` (KK values a column), one warp each, reading the weights
+// through `s` (started with bm_stream_start). With RES_L2 the residual was written by other
+// blocks of the grid.
 template <typename T, int Q, int GS, int KK, int N, bool RES_L2>
 __device__ void bm_columns_add(const bm_mat<T, Q, GS>& m, const T* xs, const T* res, long rs,
-                               T* out, uint4 (&wv)[1][8], long gw, long GW) {
+                               T* out, bm_stream<T, Q, 1, 8, false>& s, long gw, long GW) {
   for (long n = gw; n < N; n += GW) {
     const bool vec = bm_mat_vec<T, Q, GS, KK>(m, n, 0);
-    if (vec && n != gw) bm_mat_load<T, Q, GS, KK, 1, 8>(m, n, 0, 0, wv);
+    bm_stream_at<T, Q, GS, KK, 1, 8, false>(m, n, gw, 0, vec, s);
     float acc[1][1];
-    bm_mat_dot<T, Q, GS, 1, KK, 1, 8>(m, n, 0, xs, vec, wv, acc);
+    bm_mat_dot<T, Q, GS, 1, KK, 1, 8>(m, n, 0, xs, vec, s.cur, acc);
+    bm_stream_next<T, Q, GS, KK, 1, 8, false>(m, n, GW, 0, N, s);
     if ((threadIdx.x & 31) == 0) {
       const float v = static_cast<float>(static_cast<T>(acc[0][0]));
       const float r = static_cast<float>(RES_L2 ? bm_ldcg(res + n * rs) : res[n * rs]);
@@ -143,6 +181,9 @@ pub(super) const ATTENTION_MLP_PRELUDE: &str = r#"
   constexpr int PART = D + 2;
   constexpr int M1 = KA > K ? KA : K;
   constexpr int STAGE = M1 > I ? M1 : I;
+  // Whether the QKV and gate/up phases load quantized weights two rounds ahead (bm_stream): the
+  // registers allow it with 8 warps a block, not with 16.
+  constexpr bool AHEAD = Q != 0 && WARPS <= 8;
   constexpr long H_OFF = ((long)HQ * S * PART + 3) / 4 * 4;
   constexpr long A_OFF = H_OFF + ((long)K * sizeof(T) + 15) / 16 * 4;
   __shared__ __align__(16) T xs[STAGE];
@@ -227,9 +268,11 @@ pub(super) const ATTENTION_MLP: &str = r#"
     }
   }
   // Each phase's first weight columns are loaded before the barrier ahead of it (the weights do
-  // not depend on what the barrier waits for), so their latency hides the barrier's.
-  uint4 wv_o[1][8];
-  bm_preload<T, Q, GS, KA, 1, 8>(mo, gw, 0, K, wv_o);
+  // not depend on what the barrier waits for), so their latency hides the barrier's. With 8
+  // warps a block (the decoder stack's kernel) the registers allow quantized weights of the
+  // phases of several rounds (QKV, gate/up) to be loaded two rounds ahead (bm_stream).
+  bm_stream<T, Q, 1, 8, false> wv_o;
+  bm_stream_start<T, Q, GS, KA, 1, 8, false>(mo, gw, GW, 0, K, wv_o);
   bm_grid_sync(bar);
 
   // The heads' outputs (every block combines the splits itself), then h = x + out·Wo.
@@ -264,17 +307,18 @@ pub(super) const ATTENTION_MLP: &str = r#"
   }
   __syncthreads();
   bm_columns_add<T, Q, GS, KA, K, true>(mo, xs, x, x_strides[1], hbuf, wv_o, gw, GW);
-  uint4 wv_gu[2][4];
-  bm_preload<T, Q, GS, K, 2, 4>(mgu, gw, I, I, wv_gu);
+  bm_stream<T, Q, 2, 4, AHEAD> wv_gu;
+  bm_stream_start<T, Q, GS, K, 2, 4, AHEAD>(mgu, gw, GW, I, I, wv_gu);
   bm_grid_sync(bar);
 
   // act = act(gate) · up of rms_norm(h)·Wgu.
   bm_stage_shared<T, K, true>(hbuf, g, g_strides[0], __int_as_float(EPS), xs, red);
   for (long j = gw; j < I; j += GW) {
     const bool vec = bm_mat_vec<T, Q, GS, K>(mgu, j, I);
-    if (vec && j != gw) bm_mat_load<T, Q, GS, K, 2, 4>(mgu, j, I, 0, wv_gu);
+    bm_stream_at<T, Q, GS, K, 2, 4, AHEAD>(mgu, j, gw, I, vec, wv_gu);
     float acc[2][1];
-    bm_mat_dot<T, Q, GS, 1, K, 2, 4>(mgu, j, I, xs, vec, wv_gu, acc);
+    bm_mat_dot<T, Q, GS, 1, K, 2, 4>(mgu, j, I, xs, vec, wv_gu.cur, acc);
+    bm_stream_next<T, Q, GS, K, 2, 4, AHEAD>(mgu, j, GW, I, I, wv_gu);
     if (lane == 0) {
       const float gv = static_cast<float>(static_cast<T>(acc[0][0]));
       const float uv = static_cast<float>(static_cast<T>(acc[1][0]));
@@ -287,8 +331,8 @@ pub(super) const ATTENTION_MLP: &str = r#"
       abuf[j] = static_cast<T>(a * uv);
     }
   }
-  uint4 wv_d[1][8];
-  bm_preload<T, Q, GS, I, 1, 8>(md, gw, 0, K, wv_d);
+  bm_stream<T, Q, 1, 8, false> wv_d;
+  bm_stream_start<T, Q, GS, I, 1, 8, false>(md, gw, GW, 0, K, wv_d);
   bm_grid_sync(bar);
 
   // y = h + act·Wd.
@@ -314,15 +358,16 @@ pub(super) const NEXT_QKV: &str = r#"
     float* raw = work + R_OFF;
     const auto mq = bm_mat_of<T, Q, GS, K>(wqkv, wqkv_strides, wqkv_scales, wqkv_biases);
     const long first = gw * C;
-    uint4 wv[C][CH];
-    bm_preload<T, Q, GS, K, C, CH>(mq, first, 1, N, wv);
+    bm_stream<T, Q, C, CH, AHEAD> wv;
+    bm_stream_start<T, Q, GS, K, C, CH, AHEAD>(mq, first, GW * C, 1, N, wv);
     bm_grid_sync(bar);
     bm_stage_shared<T, K, true>(y, g2, g2_strides[0], __int_as_float(EPS2), xs, red);
     for (long n = first; n < N; n += GW * C) {
       const bool vec = bm_mat_vec<T, Q, GS, K>(mq, n, 1);
-      if (vec && n != first) bm_mat_load<T, Q, GS, K, C, CH>(mq, n, 1, 0, wv);
+      bm_stream_at<T, Q, GS, K, C, CH, AHEAD>(mq, n, first, 1, vec, wv);
       float acc[C][1];
-      bm_mat_dot<T, Q, GS, 1, K, C, CH>(mq, n, 1, xs, vec, wv, acc);
+      bm_mat_dot<T, Q, GS, 1, K, C, CH>(mq, n, 1, xs, vec, wv.cur, acc);
+      bm_stream_next<T, Q, GS, K, C, CH, AHEAD>(mq, n, GW * C, 1, N, wv);
       const int head = static_cast<int>(n / D);
       int last = 0;
       if (lane == 0) {
