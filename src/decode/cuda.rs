@@ -38,6 +38,38 @@ pub(super) fn counters() -> Result<Array, MlxError> {
     })
 }
 
+thread_local! {
+    /// An output of the thread's last launch that took [`counted_inputs`], outside any trace.
+    static LAST_COUNTED: RefCell<Option<Array>> = const { RefCell::new(None) };
+}
+
+/// The inputs `sync` and `after` of a kernel that uses the thread's [`counters`]: the counters,
+/// and an output of the thread's previous such launch (the counters again inside an MLX trace,
+/// or for the thread's first launch). The kernel does not read `after`; as its input it makes
+/// MLX order the launch after the previous one. MLX orders the nodes of its CUDA graphs only by
+/// the arrays they read and write, so two independent kernels could run at once: a grid-wide
+/// barrier then waits for blocks that cannot become resident while the other kernel's blocks
+/// spin, and two launches counting one head would miscount it.
+pub(super) fn counted_inputs() -> Result<[Array; 2], MlxError> {
+    let counters = counters()?;
+    let after = if crate::trace::is_tracing() {
+        None
+    } else {
+        LAST_COUNTED.with(|cell| cell.borrow().clone())
+    };
+    let after = after.unwrap_or_else(|| counters.clone());
+    Ok([counters, after])
+}
+
+/// Records `out`, an output of a launch that took [`counted_inputs`], as the array that the
+/// thread's next such launch waits for (not inside a trace, whose arrays stand for values of a
+/// later call).
+pub(super) fn counted(out: &Array) {
+    if !crate::trace::is_tracing() {
+        LAST_COUNTED.with(|cell| *cell.borrow_mut() = Some(out.clone()));
+    }
+}
+
 /// Warp and block reductions shared by the kernels.
 pub(super) const HEADER: &str = r#"
 __device__ __forceinline__ float bm_warp_sum(float v) {

@@ -19,7 +19,7 @@
 //! the composed ops round it (after the product, the bias, the norm), so the results match them
 //! within the dtype's rounding.
 
-use super::cuda::{counters, dims_i32, COUNTERS, HEADER};
+use super::cuda::{counted, counted_inputs, dims_i32, COUNTERS, HEADER};
 use crate::error::MlxError;
 use crate::native::kernel::{self, CudaKernel, TemplateArg};
 use mlx_rs::{Array, Dtype};
@@ -823,7 +823,7 @@ pub(super) fn norm_qkv_heads(
         1
     };
     let raw_shape = dims_i32(&[raw_len]);
-    let counts = counters()?;
+    let [counts, after] = counted_inputs()?;
     let k_shape = dims_i32(&[rows, hkv, 1, d]);
     // The head layout macros of `QKV_NORM_ROPE`, for one position per sequence.
     let (name, outputs, shapes, layout): (_, &[&str], Vec<(&[i32], Dtype)>, _) = if joint {
@@ -857,6 +857,7 @@ pub(super) fn norm_qkv_heads(
     };
     let mut names = vec![
         "x", "g", "w", "w_scales", "w_biases", "bias", "qw", "kw", "freqs", "pos", "counts",
+        "after",
     ];
     if joint {
         names.push("kvc");
@@ -869,7 +870,9 @@ pub(super) fn norm_qkv_heads(
         |k| {
             let [w, ws, wb, bias] = p.weight_inputs();
             let [q, gs] = p.w.template_args();
-            let mut inputs = vec![p.x, norm, w, ws, wb, bias, qw, kw, freqs, pos, &counts];
+            let mut inputs = vec![
+                p.x, norm, w, ws, wb, bias, qw, kw, freqs, pos, &counts, &after,
+            ];
             if joint {
                 // Without a cache the input rows stand in for it, unread.
                 inputs.push(cache.unwrap_or(p.x));
@@ -901,7 +904,10 @@ pub(super) fn norm_qkv_heads(
         },
     )
     .map(|mut out| {
-        out.pop();
+        // `raw` is scratch; the thread's next counted launch waits for it.
+        if let Some(raw) = out.pop() {
+            counted(&raw);
+        }
         out
     })
 }

@@ -11,7 +11,7 @@
 //! device function on that block's inputs; the residual stream and each block's heads live in
 //! the kernel's scratch output between blocks.
 
-use super::cuda::{counters, dims_i32};
+use super::cuda::{counted, counted_inputs, dims_i32};
 use super::gemv::Mat;
 use super::projection::{Linear, NormQkv};
 use super::tail::{
@@ -221,7 +221,7 @@ impl StackInputs {
     }
 }
 
-/// How many heads the QKV phase can count (the entries of [`counters`] from [`HEAD_COUNTS`]).
+/// How many heads the QKV phase can count (the entries of [`super::cuda::counters`] from [`HEAD_COUNTS`]).
 fn kernel_head_counts() -> usize {
     super::cuda::COUNTERS - HEAD_COUNTS
 }
@@ -487,11 +487,18 @@ fn launch(
         + t4(s.hq * s.d)
         + t4(2 * s.hkv * s.d)
         + t4(s.k);
-    let counter = counters()?;
-    let mut names: Vec<String> = ["hidden", "len", "pos", "freqs", "sync"]
+    let [counter, after] = counted_inputs()?;
+    let mut names: Vec<String> = ["hidden", "len", "pos", "freqs", "sync", "after"]
         .map(String::from)
         .to_vec();
-    let mut inputs: Vec<&Array> = vec![hidden, &len, &head.qkv.pos, &head.qkv.freqs, &counter];
+    let mut inputs: Vec<&Array> = vec![
+        hidden,
+        &len,
+        &head.qkv.pos,
+        &head.qkv.freqs,
+        &counter,
+        &after,
+    ];
     for (b, block) in a.blocks.iter().enumerate() {
         for ((name, _), array) in entries.iter().zip(block_arrays(block)) {
             if let Some(array) = array {
@@ -536,8 +543,10 @@ fn launch(
         |k: &CudaKernel| k.apply(&inputs, &outputs, &targs, grid, block),
     )
     .map(|mut out| {
-        // `work` is scratch.
-        out.truncate(1);
+        // `work` is scratch; the thread's next counted launch waits for it.
+        if let Some(work) = out.pop() {
+            counted(&work);
+        }
         out.remove(0)
     })
 }

@@ -15,12 +15,13 @@
 //! the same phases (these sources) for every block of a stack in one launch.
 //!
 //! The barriers count on a 64-bit counter that lives for the process and only grows (a block
-//! waits for the next multiple of the grid's size; see [`counters`]), so a launch needs no
-//! zeroed memory. Two such kernels must not run at once (in a decode step each one's input is
-//! the previous one's output), nor beside a kernel that holds multiprocessors until this one
-//! ends. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
+//! waits for the next multiple of the grid's size; see [`super::cuda::counters`]), so a launch needs no
+//! zeroed memory. Two such kernels must not run at once, nor beside a kernel that holds
+//! multiprocessors until this one ends: each launch takes an output of the thread's previous
+//! kernel that uses the counters as an input ([`super::cuda::counted_inputs`]), so that MLX,
+//! which orders its CUDA graph's nodes only by the arrays they read and write, runs them in turn. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
 
-use super::cuda::{counters, dims_i32, COUNTERS, HEADER};
+use super::cuda::{counted, counted_inputs, dims_i32, COUNTERS, HEADER};
 use super::gemv::Mat;
 use super::gemv::GEMV_HEADER;
 use super::projection::{dense_array, JointHeads, Linear, NormQkv};
@@ -549,7 +550,7 @@ fn launch(
         + (s.k * size).div_ceil(16) * 4
         + (s.i * size).div_ceil(16) * 4
         + if next.is_some() { heads * s.d } else { 0 };
-    let counter = counters()?;
+    let [counter, after] = counted_inputs()?;
     let y_shape = dims_i32(&[1, s.k]);
     let work_shape = dims_i32(&[work]);
     let [q, gs] = a.wo.template_args();
@@ -580,12 +581,14 @@ fn launch(
         "wd_scales",
         "wd_biases",
         "sync",
+        "after",
     ];
     let [wo, wo_s, wo_b] = a.wo.inputs();
     let [wgu, wgu_s, wgu_b] = a.wgu.inputs();
     let [wd, wd_s, wd_b] = a.wd.inputs();
     let mut inputs = vec![
         a.q, a.kv, a.len, a.x, wo, wo_s, wo_b, a.norm, wgu, wgu_s, wgu_b, wd, wd_s, wd_b, &counter,
+        &after,
     ];
     let mut outputs: Vec<(&[i32], Dtype)> = vec![(&y_shape, dtype)];
     let mut output_names = vec!["y"];
@@ -643,13 +646,15 @@ fn launch(
         |k: &CudaKernel| k.apply(&inputs, &outputs, &targs, grid, block),
     )
     .map(|mut out| {
-        // `work` is scratch.
-        out.pop();
+        // `work` is scratch; the thread's next counted launch waits for it.
+        if let Some(work) = out.pop() {
+            counted(&work);
+        }
         out
     })
 }
 
-/// The first entry of [`counters`] that [`NEXT_QKV`] counts heads in (below it: the barrier and
+/// The first entry of [`super::cuda::counters`] that [`NEXT_QKV`] counts heads in (below it: the barrier and
 /// `norm_qkv_heads`'s counts).
 pub(super) const HEAD_COUNTS: usize = COUNTERS / 2;
 
