@@ -1,7 +1,7 @@
 //! `burn_mlx::decode::decoder_stack` (a whole decoder stack's decode step as one CUDA kernel)
 //! against the same blocks run one at a time (`NormQkv::heads_joint`, a cache write,
-//! `attention_mlp`): dense weights in f32, bf16 and f16, and 4-bit weights in bf16; grouped and
-//! ungrouped heads; with and without a QKV bias and query/key norms.
+//! `attention_mlp`): dense weights in f32, bf16 and f16, and 4- and 8-bit weights in bf16;
+//! grouped and ungrouped heads; with and without a QKV bias and query/key norms.
 //!
 //! On the GPU the stack runs as one kernel and writes every block's cache in place; on MLX's CPU
 //! it does not run (`Err` gives the input back) and writes nothing.
@@ -14,7 +14,7 @@ use burn_mlx::Mlx;
 use burn_tensor::{DType, Int, Tensor};
 
 /// One block's parameters: dense weights are `[in, out]` views of stored `[out, in]` matrices,
-/// quantized ones the stored matrices in MLX's 4-bit groups of 64.
+/// quantized ones the stored matrices in MLX's 4- or 8-bit groups of 64.
 struct Block {
     g_in: Tensor<Mlx, 1>,
     qkv: Weight,
@@ -33,12 +33,13 @@ enum Weight {
 }
 
 impl Weight {
-    fn new([input, out]: [usize; 2], seed: u64, dtype: DType, quantized: bool) -> Self {
+    fn new([input, out]: [usize; 2], seed: u64, dtype: DType, bits: Option<QuantBits>) -> Self {
         let (w, _) = pair([out, input], seed, dtype, 1.7 / (input as f32).sqrt());
-        if quantized {
-            Weight::Quantized(QuantizedMatrix::quantize(w, QuantBits::Q4, 64).expect("quantize"))
-        } else {
-            Weight::Dense(w.transpose())
+        match bits {
+            Some(bits) => {
+                Weight::Quantized(QuantizedMatrix::quantize(w, bits, 64).expect("quantize"))
+            }
+            None => Weight::Dense(w.transpose()),
         }
     }
 
@@ -53,7 +54,7 @@ impl Weight {
 }
 
 /// (dtype index in [`DTYPES`], head size, query heads, key/value heads, hidden size, MLP width,
-/// blocks, quantized, QKV bias, query/key norms)
+/// blocks, quantized bits (`None`: dense), QKV bias, query/key norms)
 type Case = (
     usize,
     usize,
@@ -62,16 +63,43 @@ type Case = (
     usize,
     usize,
     usize,
-    bool,
+    Option<QuantBits>,
     bool,
     bool,
 );
 
-const CASES: [Case; 4] = [
-    (1, 128, 16, 8, 1024, 3072, 3, false, false, true),
-    (0, 64, 4, 2, 256, 512, 2, false, true, false),
-    (2, 64, 4, 4, 256, 512, 2, false, false, true),
-    (1, 64, 8, 2, 512, 1024, 2, true, false, true),
+/// The quantized cases of `qwen3-0.6b`'s sizes give each warp of the kernel several rounds of
+/// QKV and gate/up columns (on a GPU of up to 140 multiprocessors), so that the weights loaded
+/// two rounds ahead are checked.
+const CASES: [Case; 6] = [
+    (1, 128, 16, 8, 1024, 3072, 3, None, false, true),
+    (0, 64, 4, 2, 256, 512, 2, None, true, false),
+    (2, 64, 4, 4, 256, 512, 2, None, false, true),
+    (1, 64, 8, 2, 512, 1024, 2, Some(QuantBits::Q4), false, true),
+    (
+        1,
+        128,
+        16,
+        8,
+        1024,
+        3072,
+        2,
+        Some(QuantBits::Q4),
+        true,
+        true,
+    ),
+    (
+        1,
+        128,
+        16,
+        8,
+        1024,
+        3072,
+        2,
+        Some(QuantBits::Q8),
+        false,
+        true,
+    ),
 ];
 
 /// Block `b`'s QKV step, with a bias and query/key norms where `bias` and `norms` say.
@@ -103,7 +131,7 @@ fn b_qkv<'a>(
 
 #[test]
 fn decoder_stack_matches_the_blocks_one_at_a_time() {
-    for (di, d, hq, hkv, hidden, width, n, quantized, bias, norms) in CASES {
+    for (di, d, hq, hkv, hidden, width, n, bits, bias, norms) in CASES {
         let (dtype, tol) = DTYPES[di];
         let layout = QkvLayout {
             heads: hq,
@@ -115,14 +143,14 @@ fn decoder_stack_matches_the_blocks_one_at_a_time() {
                 let s = 100 + 20 * b;
                 Block {
                     g_in: pair([hidden], s, dtype, 1.5).0,
-                    qkv: Weight::new([hidden, layout.width()], s + 1, dtype, quantized),
+                    qkv: Weight::new([hidden, layout.width()], s + 1, dtype, bits),
                     bias: pair([layout.width()], s + 2, dtype, 0.5).0,
                     qn: pair([d], s + 3, dtype, 1.0).0,
                     kn: pair([d], s + 4, dtype, 1.0).0,
-                    o: Weight::new([hq * d, hidden], s + 5, dtype, quantized),
+                    o: Weight::new([hq * d, hidden], s + 5, dtype, bits),
                     g_post: pair([hidden], s + 6, dtype, 1.5).0,
-                    gate_up: Weight::new([hidden, 2 * width], s + 7, dtype, quantized),
-                    down: Weight::new([width, hidden], s + 8, dtype, quantized),
+                    gate_up: Weight::new([hidden, 2 * width], s + 7, dtype, bits),
+                    down: Weight::new([width, hidden], s + 8, dtype, bits),
                 }
             })
             .collect();
@@ -133,7 +161,7 @@ fn decoder_stack_matches_the_blocks_one_at_a_time() {
         for len in [1, 256] {
             let label = format!(
                 "decoder_stack {dtype:?} d {d} heads {hq}/{hkv} hidden {hidden} blocks {n} \
-                 quantized {quantized} bias {bias} norms {norms} len {len}"
+                 bits {bits:?} bias {bias} norms {norms} len {len}"
             );
             let pos = len - 1;
             let offset = At::Host(pos);
