@@ -14,10 +14,14 @@ and the last block passed each point (median over the layers of one token).
     python3 scripts/decode_kernel_harness.py --out am.cu
     nvcc -O3 -arch=sm_90 -std=c++17 -w am.cu -o am          # add -DPROBES for the phase table
     ./am [LENGTH=640] [TOKENS=20]
+    python3 scripts/decode_kernel_harness.py --stack --bits 4 --out st.cu   # the stack, 4-bit
 
 With `--stack`, the program times `decoder_stack`'s kernel (src/decode/stack.rs) instead: the
 whole stack of 28 blocks in one launch a token, on the same weights, assembled from the same
-sources (blocks of 8 warps; no probes).
+sources (blocks of 8 warps). With `--bits 4` or `--bits 8` its weights are MLX's affine-quantized
+form (packed words of random bits, scales and biases in groups of 64), as `--quantize q4`/`q8`
+gives the model. With `-DPROBES` each block records the same points as above in every block of the
+stack (the table shows the median over the stack's blocks).
 
 The program's environment chooses where its inputs live, to compare with what MLX gives the
 kernel:
@@ -52,10 +56,17 @@ PRELUDE = r"""
 struct Shape { int32_t v[10]; __host__ __device__ int32_t operator[](int i) const { return v[i]; } };
 struct Strides { int64_t v[10]; __host__ __device__ int64_t operator[](int i) const { return v[i]; } };
 __device__ unsigned long long* g_probe;
+// The stack's blocks index their probes by the block of the stack each grid block is in.
+__device__ int g_probe_layer[1024];
 #ifdef PROBES
+#ifdef STACK_MODE
+#define BM_PROBE_AT(i) ((size_t)(g_probe_layer[blockIdx.x] * gridDim.x + blockIdx.x) * NPROBE + (i))
+#else
+#define BM_PROBE_AT(i) ((size_t)blockIdx.x * NPROBE + (i))
+#endif
 #define BM_PROBE(i) do { __syncthreads(); if (threadIdx.x == 0 && g_probe) { \
   unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); \
-  g_probe[blockIdx.x * NPROBE + (i)] = t; } } while (0)
+  g_probe[BM_PROBE_AT(i)] = t; } } while (0)
 #else
 #define BM_PROBE(i) do {} while (0)
 #endif
@@ -98,16 +109,25 @@ int main(int argc, char** argv) {
   if (sms != SMS) printf("note: the device has %d multiprocessors, the kernel was made for %d\n", sms, SMS);
   printf("length %d, POOL=%d, HOST_US=%g, WEIGHTS=%s\n", L, pool, host_us, weights ? weights : "device");
 
-  struct Layer { bf16 *kv, *wo, *g, *wgu, *wd, *wqkv, *qw, *kw; };
+  // With BITS (4 or 8) the weights are MLX's packed words ([out, in·BITS/32] u32, held here as
+  // bf16 pairs of random bits) with scales and biases ([out, in/64]).
+  const int BITS = @BITS@;
+  struct Layer { bf16 *kv, *wo, *g, *wgu, *wd, *wqkv, *qw, *kw, *wo_s, *wo_b, *wgu_s, *wgu_b, *wd_s, *wd_b, *wqkv_s, *wqkv_b; };
+  auto weight = [&](size_t in, size_t out, unsigned& seed, bf16*& s, bf16*& b) {
+    if (BITS == 0) { s = b = nullptr; return random_values(in * out, seed++, 0.02f, true); }
+    s = random_values(out * in / 64, seed++, 0.002f, true);
+    b = random_values(out * in / 64, seed++, 0.01f, true);
+    return random_values(out * in * BITS / 16, seed++, 1.f, true);
+  };
   std::vector<Layer> layers(LAYERS);
   unsigned seed = 1;
   for (auto& l : layers) {
     l.kv = random_values((size_t)2 * HKV * CAP * D, seed++, 1.f, true);
-    l.wo = random_values((size_t)HQ * D * K, seed++, 0.02f, true);
+    l.wo = weight((size_t)HQ * D, K, seed, l.wo_s, l.wo_b);
     l.g = random_values(K, seed++, 1.f);
-    l.wgu = random_values((size_t)K * 2 * I, seed++, 0.02f, true);
-    l.wd = random_values((size_t)I * K, seed++, 0.02f, true);
-    l.wqkv = random_values((size_t)K * NQKV, seed++, 0.02f, true);
+    l.wgu = weight(K, (size_t)2 * I, seed, l.wgu_s, l.wgu_b);
+    l.wd = weight(I, K, seed, l.wd_s, l.wd_b);
+    l.wqkv = weight(K, NQKV, seed, l.wqkv_s, l.wqkv_b);
     l.qw = random_values(D, seed++, 1.f);
     l.kw = random_values(D, seed++, 1.f);
   }
@@ -155,14 +175,21 @@ int main(int argc, char** argv) {
   Shape wqkv_shape = shape({K, NQKV}); Strides wqkv_strides = row_major ? strides({NQKV, 1}) : strides({1, K});
   Shape bias2_shape = shape({NQKV}); Strides bias2_strides = strides({1});
   Shape kvc_shape = kv_shape; Strides kvc_strides = kv_strides;
+  if (BITS != 0) {
+    // MLX's packed words, [out, in·BITS/32], row-contiguous.
+    wo_shape = shape({K, HQ * D * BITS / 32}); wo_strides = strides({HQ * D * BITS / 32, 1});
+    wgu_shape = shape({2 * I, K * BITS / 32}); wgu_strides = strides({K * BITS / 32, 1});
+    wd_shape = shape({K, I * BITS / 32}); wd_strides = strides({I * BITS / 32, 1});
+    wqkv_shape = shape({NQKV, K * BITS / 32}); wqkv_strides = strides({K * BITS / 32, 1});
+  }
   @UNUSED@
-#if defined(PROBES) && defined(STACK_MODE)
-#error "the stack kernel has no probes"
-#endif
   auto token = [&](bool probe) {
     if (page) page[0] = L;
 #ifdef STACK_MODE
-    (void)probe;
+    {
+      unsigned long long* pp = probe ? probes : nullptr;
+      CK(cudaMemcpyToSymbolAsync(g_probe, &pp, sizeof(pp)));
+    }
     @STACK_LAUNCH@
     return;
 #endif
@@ -248,7 +275,11 @@ def main() -> None:
     ap.add_argument("--out", default="attention_mlp_qkv.cu", help="the CUDA file to write")
     ap.add_argument("--sms", type=int, default=132, help="multiprocessors (blocks), 132 on an H100/H200")
     ap.add_argument("--stack", action="store_true", help="time decoder_stack's kernel (one launch a token)")
+    ap.add_argument("--bits", type=int, choices=(0, 4, 8), default=0,
+                    help="with --stack: quantized weights of this many bits (0: dense bf16)")
     args = ap.parse_args()
+    if args.bits and not args.stack:
+        ap.error("--bits is for --stack (the per-layer program has dense weights)")
 
     src = ROOT / "src" / "decode"
     cuda, gemv, tail, stack = (raw_strings(src / f) for f in ("cuda.rs", "gemv.rs", "tail.rs", "stack.rs"))
@@ -257,16 +288,7 @@ def main() -> None:
         write_stack(args, header, tail, stack)
         return
     body = tail["ATTENTION_MLP_PRELUDE"] + tail["ATTENTION_MLP"] + tail["NEXT_QKV"]
-    points = ["start"]
-    count = [0]
-
-    def probe(_m):
-        count[0] += 1
-        points.extend([f"barrier {count[0]}, arrive", f"barrier {count[0]}, leave"])
-        return f"BM_PROBE({len(points) - 2}); bm_grid_sync(bar); BM_PROBE({len(points) - 1});"
-
-    body = re.sub(r"bm_grid_sync\(bar\);", probe, body)
-    points.append("end")
+    body, points = with_probes(body)
     body = "BM_PROBE(0);\n" + body + f"\nBM_PROBE({len(points) - 1});\n"
 
     k, hq, hkv, d, i = 1024, 16, 8, 128, 3072
@@ -303,11 +325,27 @@ def main() -> None:
     unused = " ".join(f"(void){n};" for n in HOST_SHAPES if n not in declared)
     host = HOST
     for key, val in {"K": k, "HQ": hq, "HKV": hkv, "D": d, "I": i, "SMS": args.sms, "NP": len(points),
-                     "WORK": work, "ARGS": ", ".join(call), "UNUSED": unused, "STACK_LAUNCH": ""}.items():
+                     "WORK": work, "ARGS": ", ".join(call), "UNUSED": unused, "STACK_LAUNCH": "",
+                     "BITS": 0}.items():
         host = host.replace(f"@{key}@", str(val))
     names = "static const char* POINTS[] = {" + ", ".join(f'"{p}"' for p in points) + "};\n"
     Path(args.out).write_text(PRELUDE + f"#define NPROBE {len(points)}\n" + names + header + kernel + host)
     print(f"wrote {args.out}: {len(points)} probe points, {splits} splits of each head's positions")
+
+
+def with_probes(code: str):
+    """`code` with a probe on each side of every grid barrier, and the probe points' names (the
+    first is the start, and the caller adds the end)."""
+    points = ["start"]
+
+    def probe(_m):
+        n = (len(points) + 1) // 2
+        points.extend([f"barrier {n}, arrive", f"barrier {n}, leave"])
+        return f"BM_PROBE({len(points) - 2}); bm_grid_sync(bar); BM_PROBE({len(points) - 1});"
+
+    code = re.sub(r"bm_grid_sync\(bar\);", probe, code)
+    points.append("end")
+    return code, points
 
 
 # A block's entries in decoder_stack's table (stack.rs, `table_entries`) for dense weights with
@@ -318,6 +356,14 @@ STACK_ENTRIES = [("gi", "g"), ("wqkv", "wqkv"), ("wqkv_scales", "=wqkv"), ("wqkv
                  ("wo_scales", "=wo"), ("wo_biases", "=wo"), ("gp", "g"), ("wgu", "wgu"),
                  ("wgu_scales", "=wgu"), ("wgu_biases", "=wgu"), ("wd", "wd"), ("wd_scales", "=wd"),
                  ("wd_biases", "=wd")]
+
+# The same for quantized weights: each weight's scales and biases are inputs of their own, and
+# the missing QKV bias stands in as its weight's scales (`stand_in`).
+STACK_ENTRIES_QUANTIZED = [(e, {"wqkv_scales": "wqkv_s", "wqkv_biases": "wqkv_b", "bqkv": "=wqkv_scales",
+                                "wo_scales": "wo_s", "wo_biases": "wo_b", "wgu_scales": "wgu_s",
+                                "wgu_biases": "wgu_b", "wd_scales": "wd_s", "wd_biases": "wd_b"}.get(e, h))
+                           for e, h in STACK_ENTRIES]
+WEIGHTS = ("wqkv", "wo", "wgu", "wd")
 
 
 def input_name(entry: str, block: int) -> str:
@@ -330,20 +376,28 @@ def write_stack(args, header: str, tail: dict, stack: dict) -> None:
     """The program for `--stack`: decoder_stack's kernel as MLX assembles it, launched once a token."""
     layers, k, hq, hkv, d, i, warps = 28, 1024, 16, 8, 128, 3072, 8
     splits = max(1, args.sms // hq)
-    header += (stack["STACK_BLOCK_HEAD"] + tail["ATTENTION_MLP_PRELUDE"] + stack["STACK_BLOCK_QKV"]
-               + tail["NEXT_QKV"] + stack["STACK_BLOCK_MLP"] + tail["ATTENTION_MLP"] + "  }\n}\n")
-    body = f"  __shared__ const void* bm_tab[L][{len(STACK_ENTRIES)}];\n  if (threadIdx.x == 0) {{\n"
+    entries = STACK_ENTRIES_QUANTIZED if args.bits else STACK_ENTRIES
+    block, points = with_probes(stack["STACK_BLOCK_QKV"] + tail["NEXT_QKV"] + stack["STACK_BLOCK_MLP"]
+                                + tail["ATTENTION_MLP"])
+    header += (stack["STACK_BLOCK_HEAD"] + tail["ATTENTION_MLP_PRELUDE"] + "  BM_PROBE(0);\n" + block
+               + f"  }}\n  BM_PROBE({len(points) - 1});\n}}\n")
+    body = f"  __shared__ const void* bm_tab[L][{len(entries)}];\n  if (threadIdx.x == 0) {{\n"
     for b in range(layers):
-        for slot, (entry, host) in enumerate(STACK_ENTRIES):
+        for slot, (entry, host) in enumerate(entries):
             body += f"    bm_tab[{b}][{slot}] = {input_name(host[1:] if host.startswith('=') else entry, b)};\n"
-    body += "  }\n  __syncthreads();\n" + stack["STACK_LOOP"]
+    loop = stack["STACK_LOOP"]
+    assert loop.count("bm_stack_block<") == 1
+    loop = loop.replace("bm_stack_block<", "if (threadIdx.x == 0) g_probe_layer[blockIdx.x] = layer;\n"
+                        "    bm_stack_block<")
+    body += "  }\n  __syncthreads();\n" + loop
     # Inputs as MLX orders them, with the shapes and strides the body names; host expressions.
     inputs = [("hidden", "bf16", "xs[0]"), ("len", "int32_t", "len_p"), ("pos", "int32_t", "pos_p"),
               ("freqs", "float", "freqs_p"), ("sync", "uint64_t", "sync_p")]
     for b in range(layers):
-        for entry, host in STACK_ENTRIES:
+        for entry, host in entries:
             if not host.startswith("="):
-                inputs.append((input_name(entry, b), "bf16", f"layers[{b}].{host}"))
+                t = "uint32_t" if args.bits and entry in WEIGHTS else "bf16"
+                inputs.append((input_name(entry, b), t, f"layers[{b}].{host}"))
     host_of = {"kvc_0": "kvc", "wqkv_0": "wqkv", "wo_0": "wo", "wgu_0": "wgu", "wd_0": "wd"}
     params, call = [], []
     for n, t, h in inputs:
@@ -355,7 +409,7 @@ def write_stack(args, header: str, tail: dict, stack: dict) -> None:
                 call.append(f"{host_of[n]}_{part}")
     params += ["__nv_bfloat16* out", "float* work"]
     call += ["xs[1]", "work_p"]
-    consts = [("Q", 0), ("GS", 64), ("L", layers), ("K", k), ("HQ", hq), ("HKV", hkv), ("D", d), ("I", i),
+    consts = [("Q", args.bits), ("GS", 64), ("L", layers), ("K", k), ("HQ", hq), ("HKV", hkv), ("D", d), ("I", i),
               ("S", splits), ("SCALE", float_bits(d ** -0.5)), ("EPS", float_bits(1e-6)), ("GELU", 0),
               ("WARPS", warps), ("EPS2", float_bits(1e-6)), ("QK_EPS", float_bits(1e-6)), ("NORM", 1),
               ("BIAS", 0), ("HEAD_COUNTS", 512), ("CACHE", 1)]
@@ -367,15 +421,17 @@ def write_stack(args, header: str, tail: dict, stack: dict) -> None:
             + t4(2 * hkv * d) + t4(k))
     launch = (f"decoder_stack<<<SMS, {warps * 32}>>>({', '.join(call)});\n    CK(cudaGetLastError());")
     host = HOST
-    for key, val in {"K": k, "HQ": hq, "HKV": hkv, "D": d, "I": i, "SMS": args.sms, "NP": 1, "WORK": work,
-                     "ARGS": "", "UNUSED": " ".join(f"(void){n};" for n in HOST_SHAPES),
-                     "STACK_LAUNCH": launch}.items():
+    for key, val in {"K": k, "HQ": hq, "HKV": hkv, "D": d, "I": i, "SMS": args.sms, "NP": len(points),
+                     "WORK": work, "ARGS": "", "UNUSED": " ".join(f"(void){n};" for n in HOST_SHAPES),
+                     "STACK_LAUNCH": launch, "BITS": args.bits}.items():
         host = host.replace(f"@{key}@", str(val))
     # The per-layer launch is compiled but never reached; it names a kernel of that mode only.
     host = host.replace("attention_mlp_qkv<<<SMS, 512>>>();", "")
-    names = 'static const char* POINTS[] = {"start"};\n'
-    Path(args.out).write_text(PRELUDE + "#define STACK_MODE\n#define NPROBE 1\n" + names + header + kernel + host)
-    print(f"wrote {args.out}: the stack of {layers} blocks, {splits} splits of each head's positions")
+    names = "static const char* POINTS[] = {" + ", ".join(f'"{p}"' for p in points) + "};\n"
+    Path(args.out).write_text(PRELUDE.replace("#ifdef PROBES", "#define STACK_MODE\n#ifdef PROBES", 1)
+                              + f"#define NPROBE {len(points)}\n" + names + header + kernel + host)
+    print(f"wrote {args.out}: the stack of {layers} blocks ({args.bits or 16}-bit weights), {len(points)} "
+          f"probe points, {splits} splits of each head's positions")
 
 
 if __name__ == "__main__":
