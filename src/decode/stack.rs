@@ -53,9 +53,9 @@ pub struct StackBlock<'a, B: Backend> {
 
 /// Warps per block: 8 (256 threads). The block function needs up to 255 registers a thread
 /// without spilling (NVRTC 13.0 for sm_90, `qwen3-0.6b`'s sizes: 8-bit 255, dense 226 to 231,
-/// 4-bit 168), which 8 warps a block allow. Blocks of 16 warps, held to 128 registers by launch bounds (and so
-/// spilling), decoded `qwen3-0.6b` in bf16 at 676 and 690 tok/s on an H200 against 715 and 715
-/// for 8 warps in the same rounds (`benches/decode.md`).
+/// 4-bit 168), which 8 warps a block allow. Blocks of 16 warps, held to 128 registers by launch
+/// bounds (and so spilling), decoded `qwen3-0.6b` in bf16 at 676 and 690 tok/s on an H200
+/// against 715 and 715 for 8 warps in the same rounds (`benches/decode.md`).
 const WARPS: usize = 8;
 
 /// A block's arrays in its row of the kernel's table (see [`table_entries`]).
@@ -221,7 +221,8 @@ impl StackInputs {
     }
 }
 
-/// How many heads the QKV phase can count (the entries of [`super::cuda::counters`] from [`HEAD_COUNTS`]).
+/// How many heads the QKV phase can count (the entries of [`super::cuda::counters`] from
+/// [`HEAD_COUNTS`]).
 fn kernel_head_counts() -> usize {
     super::cuda::COUNTERS - HEAD_COUNTS
 }

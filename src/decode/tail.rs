@@ -15,11 +15,12 @@
 //! the same phases (these sources) for every block of a stack in one launch.
 //!
 //! The barriers count on a 64-bit counter that lives for the process and only grows (a block
-//! waits for the next multiple of the grid's size; see [`super::cuda::counters`]), so a launch needs no
-//! zeroed memory. Two such kernels must not run at once, nor beside a kernel that holds
+//! waits for the next multiple of the grid's size; see [`super::cuda::counters`]), so a launch
+//! needs no zeroed memory. Two such kernels must not run at once, nor beside a kernel that holds
 //! multiprocessors until this one ends: each launch takes an output of the thread's previous
 //! kernel that uses the counters as an input ([`super::cuda::counted_inputs`]), so that MLX,
-//! which orders its CUDA graph's nodes only by the arrays they read and write, runs them in turn. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
+//! which orders its CUDA graph's nodes only by the arrays they read and write, runs them in
+//! turn. `BURN_MLX_DECODE_GRID=0` turns the kernel off (the four kernels run instead).
 
 use super::cuda::{counted, counted_inputs, dims_i32, COUNTERS, HEADER};
 use super::gemv::Mat;
@@ -654,8 +655,8 @@ fn launch(
     })
 }
 
-/// The first entry of [`super::cuda::counters`] that [`NEXT_QKV`] counts heads in (below it: the barrier and
-/// `norm_qkv_heads`'s counts).
+/// The first entry of [`super::cuda::counters`] that [`NEXT_QKV`] counts heads in (below it: the
+/// barrier and `norm_qkv_heads`'s counts).
 pub(super) const HEAD_COUNTS: usize = COUNTERS / 2;
 
 /// The arguments of [`attention_mlp`], for the paths it and [`attention_mlp_qkv`] share.
