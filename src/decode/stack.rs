@@ -365,9 +365,10 @@ const STACK_BLOCK_MLP: &str = r#"
     T* y = last ? out : xbuf;
 "#;
 
-/// The kernel's loop over the blocks, after the table. The block function is not inlined: as a
-/// loop body or inlined once per block, NVRTC 13.0 keeps values of one block live across the
-/// next and needs 224 to 255 registers a thread, against 94 to 118 for one block alone.
+/// The kernel's loop over the blocks, after the table. The block function is not inlined, so the
+/// kernel holds its code once: inlined once per block, the kernel for 28 blocks took NVRTC 13.0
+/// over a minute to compile. Inlined or not, the loop needs about twice the registers of one
+/// block alone (see [`WARPS`]).
 const STACK_LOOP: &str = r#"
 #pragma unroll 1
   for (int layer = 0; layer < L; ++layer) {
@@ -479,15 +480,11 @@ fn launch(
     let quantized = matches!(head.wo, Mat::Quantized { .. });
     let (bias, norms) = (head.qkv.bias.is_some(), head.qkv.qk.is_some());
     let entries = table_entries(quantized, bias, norms);
-    let part = s.hq * splits * (s.d + 2);
+    // `attention_mlp_qkv`'s scratch, then the heads (`qbuf`, `kvbuf`) and the residual stream
+    // (`xbuf`) between blocks, as STACK_BLOCK_QKV lays them out.
     let t4 = |values: usize| (values * size).div_ceil(16) * 4;
-    let work = part.div_ceil(4) * 4
-        + t4(s.k)
-        + t4(s.i)
-        + (s.hq + 2 * s.hkv) * s.d
-        + t4(s.hq * s.d)
-        + t4(2 * s.hkv * s.d)
-        + t4(s.k);
+    let work =
+        s.scratch_floats(size, splits, true) + t4(s.hq * s.d) + t4(2 * s.hkv * s.d) + t4(s.k);
     let [counter, after] = counted_inputs()?;
     let mut names: Vec<String> = ["hidden", "len", "pos", "freqs", "sync", "after"]
         .map(String::from)

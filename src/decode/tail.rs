@@ -434,6 +434,20 @@ pub(super) struct Sizes {
 }
 
 impl Sizes {
+    /// The floats of [`ATTENTION_MLP`]'s scratch `work` (values of `size` bytes, `splits` splits
+    /// of each head's positions), as its offsets lay it out: the attention's partials, then `h`
+    /// and the activation in 16-byte pieces, and with `next` [`NEXT_QKV`]'s raw columns.
+    pub(super) fn scratch_floats(&self, size: usize, splits: usize, next: bool) -> usize {
+        let part = self.hq * splits * (self.d + 2);
+        let t4 = |values: usize| (values * size).div_ceil(16) * 4;
+        let raw = if next {
+            (self.hq + 2 * self.hkv) * self.d
+        } else {
+            0
+        };
+        part.div_ceil(4) * 4 + t4(self.k) + t4(self.i) + raw
+    }
+
     /// The template arguments `K`, `HQ`, `HKV`, `D`, `I` and `S` (`splits` of each head's
     /// positions) of the kernels that run [`ATTENTION_MLP`].
     pub(super) fn template_args(&self, splits: usize) -> [TemplateArg; 6] {
@@ -545,12 +559,7 @@ fn launch(
 ) -> Result<Vec<Array>, MlxError> {
     let dtype = a.x.dtype();
     let size = if dtype == Dtype::Float32 { 4 } else { 2 };
-    let part = s.hq * splits * (s.d + 2);
-    let heads = s.hq + 2 * s.hkv;
-    let work = part.div_ceil(4) * 4
-        + (s.k * size).div_ceil(16) * 4
-        + (s.i * size).div_ceil(16) * 4
-        + if next.is_some() { heads * s.d } else { 0 };
+    let work = s.scratch_floats(size, splits, next.is_some());
     let [counter, after] = counted_inputs()?;
     let y_shape = dims_i32(&[1, s.k]);
     let work_shape = dims_i32(&[work]);
