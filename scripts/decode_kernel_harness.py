@@ -112,7 +112,10 @@ int main(int argc, char** argv) {
   // With BITS (4 or 8) the weights are MLX's packed words ([out, in·BITS/32] u32, held here as
   // bf16 pairs of random bits) with scales and biases ([out, in/64]).
   const int BITS = @BITS@;
-  struct Layer { bf16 *kv, *wo, *g, *wgu, *wd, *wqkv, *qw, *kw, *wo_s, *wo_b, *wgu_s, *wgu_b, *wd_s, *wd_b, *wqkv_s, *wqkv_b; };
+  struct Layer {
+    bf16 *kv, *wo, *g, *wgu, *wd, *wqkv, *qw, *kw;
+    bf16 *wo_s, *wo_b, *wgu_s, *wgu_b, *wd_s, *wd_b, *wqkv_s, *wqkv_b;  // quantized only
+  };
   auto weight = [&](size_t in, size_t out, unsigned& seed, bf16*& s, bf16*& b) {
     if (BITS == 0) { s = b = nullptr; return random_values(in * out, seed++, 0.02f, true); }
     s = random_values(out * in / 64, seed++, 0.002f, true);
@@ -348,22 +351,29 @@ def with_probes(code: str):
     return code, points
 
 
-# A block's entries in decoder_stack's table (stack.rs, `table_entries`) for dense weights with
-# query/key norms and no QKV bias, each with the host array that the program passes for it, or the
-# entry that stands in for it (`stand_in`).
-STACK_ENTRIES = [("gi", "g"), ("wqkv", "wqkv"), ("wqkv_scales", "=wqkv"), ("wqkv_biases", "=wqkv"),
-                 ("bqkv", "=wqkv"), ("qn", "qw"), ("kn", "kw"), ("kvc", "kv"), ("wo", "wo"),
-                 ("wo_scales", "=wo"), ("wo_biases", "=wo"), ("gp", "g"), ("wgu", "wgu"),
-                 ("wgu_scales", "=wgu"), ("wgu_biases", "=wgu"), ("wd", "wd"), ("wd_scales", "=wd"),
-                 ("wd_biases", "=wd")]
-
-# The same for quantized weights: each weight's scales and biases are inputs of their own, and
-# the missing QKV bias stands in as its weight's scales (`stand_in`).
-STACK_ENTRIES_QUANTIZED = [(e, {"wqkv_scales": "wqkv_s", "wqkv_biases": "wqkv_b", "bqkv": "=wqkv_scales",
-                                "wo_scales": "wo_s", "wo_biases": "wo_b", "wgu_scales": "wgu_s",
-                                "wgu_biases": "wgu_b", "wd_scales": "wd_s", "wd_biases": "wd_b"}.get(e, h))
-                           for e, h in STACK_ENTRIES]
 WEIGHTS = ("wqkv", "wo", "wgu", "wd")
+# The host array the program passes for each entry of a block's row of the table; the program's
+# blocks have query/key norms and no QKV bias.
+HOSTS = {"gi": "g", "qn": "qw", "kn": "kw", "kvc": "kv", "gp": "g", **{w: w for w in WEIGHTS},
+         **{f"{w}_{p}": f"{w}_{p[0]}" for w in WEIGHTS for p in ("scales", "biases")}}
+
+
+def stack_entries(stack_rs: str, quantized: bool) -> list:
+    """A block's entries in decoder_stack's table, in the order of `table_entries` in stack.rs, each
+    with the host array the program passes for it, or `=ENTRY`: the entry that stands in for it
+    (stack.rs's `stand_in`: a dense weight for its own scales and biases, and for the missing QKV
+    bias its weight, or its scales when quantized)."""
+    body = re.search(r"fn table_entries\(.*?\n\}", stack_rs, re.S).group(0)
+    names = re.findall(r'\("(\w+)", ', body)
+    out = []
+    for name in names:
+        if name == "bqkv":
+            out.append((name, "=wqkv_scales" if quantized else "=wqkv"))
+        elif name.endswith(("_scales", "_biases")) and not quantized:
+            out.append((name, "=" + name.split("_")[0]))
+        else:
+            out.append((name, HOSTS[name]))
+    return out
 
 
 def input_name(entry: str, block: int) -> str:
@@ -376,7 +386,7 @@ def write_stack(args, header: str, tail: dict, stack: dict) -> None:
     """The program for `--stack`: decoder_stack's kernel as MLX assembles it, launched once a token."""
     layers, k, hq, hkv, d, i, warps = 28, 1024, 16, 8, 128, 3072, 8
     splits = max(1, args.sms // hq)
-    entries = STACK_ENTRIES_QUANTIZED if args.bits else STACK_ENTRIES
+    entries = stack_entries((ROOT / "src" / "decode" / "stack.rs").read_text(), args.bits != 0)
     block, points = with_probes(stack["STACK_BLOCK_QKV"] + tail["NEXT_QKV"] + stack["STACK_BLOCK_MLP"]
                                 + tail["ATTENTION_MLP"])
     header += (stack["STACK_BLOCK_HEAD"] + tail["ATTENTION_MLP_PRELUDE"] + "  BM_PROBE(0);\n" + block
