@@ -91,23 +91,83 @@ __device__ __forceinline__ float bm_block_sum(float v, float* shared) {
   return total;
 }
 
+// One lane's E values of a key or value row, held as raw words: loaded with one or two
+// vector loads when the row's values are consecutive and aligned (the caches' layout), else
+// value by value.
+template <int BYTES> struct bm_word { typedef unsigned short type; };
+template <> struct bm_word<4> { typedef unsigned int type; };
+template <> struct bm_word<8> { typedef uint2 type; };
+template <> struct bm_word<16> { typedef uint4 type; };
+template <typename T, int E>
+struct bm_row {
+  static constexpr int BYTES = E * (int)sizeof(T);
+  static constexpr int WB = BYTES % 16 == 0 ? 16 : BYTES % 8 == 0 ? 8 : BYTES % 4 == 0 ? 4 : 2;
+  typedef typename bm_word<WB>::type W;
+  W w[BYTES / WB];
+  __device__ __forceinline__ void load(const T* p, long es, bool vec) {
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < BYTES / WB; ++i) w[i] = reinterpret_cast<const W*>(p)[i];
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) reinterpret_cast<T*>(w)[e] = p[e * es];
+    }
+  }
+  __device__ __forceinline__ float at(int e) const {
+    return static_cast<float>(reinterpret_cast<const T*>(w)[e]);
+  }
+};
+
+// Whether rows at `p`, `p + ts`, ... can be loaded by bm_row's vector loads.
+template <typename T, int E>
+__device__ __forceinline__ bool bm_rows_vec(const T* p, long ts, long es) {
+  constexpr int WB = bm_row<T, E>::WB;
+  return es == 1 && reinterpret_cast<unsigned long long>(p) % WB == 0 && (ts * (long)sizeof(T)) % WB == 0;
+}
+
+// The keys and values of positions t0 .. t0 + U - 1 below `hi` (others are left unloaded).
+template <typename T, int E, int U>
+__device__ __forceinline__ void bm_attend_load(const T* kb, const T* vb, long ts, long es, bool vec,
+                                               int t0, int hi, bm_row<T, E> (&kr)[U],
+                                               bm_row<T, E> (&vr)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (t0 + u < hi) {
+      kr[u].load(kb + (long)(t0 + u) * ts, es, vec);
+      vr[u].load(vb + (long)(t0 + u) * ts, es, vec);
+    }
+  }
+}
+
 // One warp's online softmax over positions first, first + STEP, ... (U at a time) below `hi`:
 // this lane's E query values `qr` (scaled) against the keys at `kb` and the values at `vb`
 // (position t at t·ts, this lane's values es apart). Updates the running maximum `m`, the sum
-// `l` (every lane holds them) and this lane's E weighted value sums `acc`.
-template <typename T, int E, int U, int STEP>
+// `l` (every lane holds them) and this lane's E weighted value sums `acc`. The keys and values
+// of a run are loaded together, so a warp waits on memory once a run, not twice; with NEXT the
+// next run's are loaded while this one is summed, at the cost of U·E·sizeof(T) registers (by
+// default only where a lane's row is at most 8 bytes, which keeps blocks of 16 warps within
+// their 128 registers a thread).
+template <typename T, int E, int U, int STEP, bool NEXT = (E * sizeof(T) <= 8)>
 __device__ __forceinline__ void bm_attend(const float (&qr)[E], const T* kb, const T* vb, long ts,
                                           long es, int first, int hi, float& m, float& l,
                                           float (&acc)[E]) {
+  const bool vec = bm_rows_vec<T, E>(kb, ts, es) && bm_rows_vec<T, E>(vb, ts, es);
+  bm_row<T, E> kr[U], vr[U];
+  if (NEXT) bm_attend_load<T, E, U>(kb, vb, ts, es, vec, first, hi, kr, vr);
   for (int t0 = first; t0 < hi; t0 += STEP) {
+    bm_row<T, E> kn[U], vn[U];
+    if (NEXT) {
+      bm_attend_load<T, E, U>(kb, vb, ts, es, vec, t0 + STEP, hi, kn, vn);
+    } else {
+      bm_attend_load<T, E, U>(kb, vb, ts, es, vec, t0, hi, kr, vr);
+    }
     float s[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       s[u] = 0.f;
       if (t0 + u < hi) {
-        const T* kp = kb + (t0 + u) * ts;
 #pragma unroll
-        for (int e = 0; e < E; ++e) s[u] += qr[e] * static_cast<float>(kp[e * es]);
+        for (int e = 0; e < E; ++e) s[u] += qr[e] * kr[u].at(e);
       }
     }
 #pragma unroll
@@ -126,12 +186,18 @@ __device__ __forceinline__ void bm_attend(const float (&qr)[E], const T* kb, con
       if (t0 + u < hi) {
         const float p = expf(s[u] - m_new);
         l += p;
-        const T* vp = vb + (t0 + u) * ts;
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] += p * static_cast<float>(vp[e * es]);
+        for (int e = 0; e < E; ++e) acc[e] += p * vr[u].at(e);
       }
     }
     m = m_new;
+    if (NEXT) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        kr[u] = kn[u];
+        vr[u] = vn[u];
+      }
+    }
   }
 }
 "#;

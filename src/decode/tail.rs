@@ -186,6 +186,10 @@ pub(super) const ATTENTION_MLP_PRELUDE: &str = r#"
   // Whether the QKV and gate/up phases load quantized weights two rounds ahead (bm_stream): the
   // registers allow it with 8 warps a block, not with 16.
   constexpr bool AHEAD = Q != 0 && WARPS <= 8;
+  // Whether each warp's attention loads its next run of keys and values while it sums the
+  // current one (bm_attend's rule), except where the 8-bit weights two rounds ahead already
+  // take every register (the kernel would spill).
+  constexpr bool ATT_NEXT = E * sizeof(T) <= 8 && !(AHEAD && Q == 8);
   constexpr long H_OFF = ((long)HQ * S * PART + 3) / 4 * 4;
   constexpr long A_OFF = H_OFF + ((long)K * sizeof(T) + 15) / 16 * 4;
   __shared__ __align__(16) T xs[STAGE];
@@ -242,7 +246,7 @@ pub(super) const ATTENTION_MLP: &str = r#"
       float acc[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[e] = 0.f;
-      bm_attend<T, E, U, WARPS * U>(qr, kb, vb, ks, es, lo + warp * U, hi, m, l, acc);
+      bm_attend<T, E, U, WARPS * U, ATT_NEXT>(qr, kb, vb, ks, es, lo + warp * U, hi, m, l, acc);
       if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
