@@ -16,6 +16,11 @@ and the last block passed each point (median over the layers of one token).
     ./am [LENGTH=640] [TOKENS=20]
     python3 scripts/decode_kernel_harness.py --stack --bits 4 --out st.cu   # the stack, 4-bit
 
+The programs need no GPU to build: the `nvidia-cuda-nvcc`, `-crt`, `-nvvm`, `-cccl` and
+`-runtime` 13.0 wheels unpacked into one folder give an nvcc that builds each in seconds
+(`PATH=DIR/nvidia/cu13/bin:$PATH nvcc ... -L DIR/nvidia/cu13/lib`, linking CUDA's static
+runtime), so only the timing needs the GPU machine.
+
 With `--stack`, the program times `decoder_stack`'s kernel (src/decode/stack.rs) instead: the
 whole stack of 28 blocks in one launch a token, on the same weights, assembled from the same
 sources (blocks of 8 warps). With `--bits 4` or `--bits 8` its weights are MLX's affine-quantized
