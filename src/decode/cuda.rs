@@ -122,7 +122,8 @@ struct bm_row {
 template <typename T, int E>
 __device__ __forceinline__ bool bm_rows_vec(const T* p, long ts, long es) {
   constexpr int WB = bm_row<T, E>::WB;
-  return es == 1 && reinterpret_cast<unsigned long long>(p) % WB == 0 && (ts * (long)sizeof(T)) % WB == 0;
+  return es == 1 && reinterpret_cast<unsigned long long>(p) % WB == 0 &&
+         (ts * (long)sizeof(T)) % WB == 0;
 }
 
 // The keys and values of positions t0 .. t0 + U - 1 below `hi` (others are left unloaded).

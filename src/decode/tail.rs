@@ -187,8 +187,8 @@ pub(super) const ATTENTION_MLP_PRELUDE: &str = r#"
   // registers allow it with 8 warps a block, not with 16.
   constexpr bool AHEAD = Q != 0 && WARPS <= 8;
   // Whether each warp's attention loads its next run of keys and values while it sums the
-  // current one (bm_attend's rule), except where the 8-bit weights two rounds ahead already
-  // take every register (the kernel would spill).
+  // current one: where a lane's part of a row is at most 8 bytes (bm_attend's default), but not
+  // where 8-bit weights loaded two rounds ahead already take every register (it would spill).
   constexpr bool ATT_NEXT = E * sizeof(T) <= 8 && !(AHEAD && Q == 8);
   constexpr long H_OFF = ((long)HQ * S * PART + 3) / 4 * 4;
   constexpr long A_OFF = H_OFF + ((long)K * sizeof(T) + 15) / 16 * 4;
