@@ -16,8 +16,9 @@ and the last block passed each point (median over the layers of one token).
     ./am [LENGTH=640] [TOKENS=20]
     python3 scripts/decode_kernel_harness.py --stack --bits 4 --out st.cu   # the stack, 4-bit
 
-The programs need no GPU to build: the `nvidia-cuda-nvcc`, `-crt`, `-nvvm`, `-cccl` and
-`-runtime` 13.0 wheels unpacked into one folder give an nvcc that builds each in seconds
+The programs need no GPU to build: the `nvidia-cuda-nvcc`, `nvidia-cuda-crt`, `nvidia-cuda-cccl`,
+`nvidia-cuda-runtime` and `nvidia-nvvm` 13.0 wheels unpacked into one folder give an nvcc that
+builds each in seconds
 (`PATH=DIR/nvidia/cu13/bin:$PATH nvcc ... -L DIR/nvidia/cu13/lib`, linking CUDA's static
 runtime), so only the timing needs the GPU machine.
 
