@@ -126,8 +126,9 @@ __device__ __forceinline__ bool bm_rows_vec(const T* p, long ts, long es) {
          (ts * (long)sizeof(T)) % WB == 0;
 }
 
-// The keys and values of positions t0 .. t0 + U - 1 below `hi` (others are left unloaded).
-template <typename T, int E, int U>
+// The keys (and with VALUES the values) of positions t0 .. t0 + U - 1 below `hi` (others are
+// left unloaded).
+template <typename T, int E, int U, bool VALUES>
 __device__ __forceinline__ void bm_attend_load(const T* kb, const T* vb, long ts, long es, bool vec,
                                                int t0, int hi, bm_row<T, E> (&kr)[U],
                                                bm_row<T, E> (&vr)[U]) {
@@ -135,7 +136,7 @@ __device__ __forceinline__ void bm_attend_load(const T* kb, const T* vb, long ts
   for (int u = 0; u < U; ++u) {
     if (t0 + u < hi) {
       kr[u].load(kb + (long)(t0 + u) * ts, es, vec);
-      vr[u].load(vb + (long)(t0 + u) * ts, es, vec);
+      if (VALUES) vr[u].load(vb + (long)(t0 + u) * ts, es, vec);
     }
   }
 }
@@ -143,24 +144,26 @@ __device__ __forceinline__ void bm_attend_load(const T* kb, const T* vb, long ts
 // One warp's online softmax over positions first, first + STEP, ... (U at a time) below `hi`:
 // this lane's E query values `qr` (scaled) against the keys at `kb` and the values at `vb`
 // (position t at t·ts, this lane's values es apart). Updates the running maximum `m`, the sum
-// `l` (every lane holds them) and this lane's E weighted value sums `acc`. The keys and values
-// of a run are loaded together, so a warp waits on memory once a run, not twice; with NEXT the
-// next run's are loaded while this one is summed, at the cost of U·E·sizeof(T) registers (by
-// default only where a lane's row is at most 8 bytes, which keeps blocks of 16 warps within
-// their 128 registers a thread).
+// `l` (every lane holds them) and this lane's E weighted value sums `acc`. Where a lane's part of
+// a row is at most 16 bytes (JOINT) the keys and values of a run are loaded together, so a warp
+// waits on memory once a run, not twice (larger rows, f32 heads of 256, would take blocks of 16
+// warps past their 128 registers a thread); with NEXT the next run's are loaded while this one is
+// summed, at the cost of U·E·sizeof(T) more registers (by default only where a lane's part of a
+// row is at most 8 bytes).
 template <typename T, int E, int U, int STEP, bool NEXT = (E * sizeof(T) <= 8)>
 __device__ __forceinline__ void bm_attend(const float (&qr)[E], const T* kb, const T* vb, long ts,
                                           long es, int first, int hi, float& m, float& l,
                                           float (&acc)[E]) {
+  constexpr bool JOINT = NEXT || E * sizeof(T) <= 16;
   const bool vec = bm_rows_vec<T, E>(kb, ts, es) && bm_rows_vec<T, E>(vb, ts, es);
   bm_row<T, E> kr[U], vr[U];
-  if (NEXT) bm_attend_load<T, E, U>(kb, vb, ts, es, vec, first, hi, kr, vr);
+  if (NEXT) bm_attend_load<T, E, U, true>(kb, vb, ts, es, vec, first, hi, kr, vr);
   for (int t0 = first; t0 < hi; t0 += STEP) {
     bm_row<T, E> kn[U], vn[U];
     if (NEXT) {
-      bm_attend_load<T, E, U>(kb, vb, ts, es, vec, t0 + STEP, hi, kn, vn);
+      bm_attend_load<T, E, U, true>(kb, vb, ts, es, vec, t0 + STEP, hi, kn, vn);
     } else {
-      bm_attend_load<T, E, U>(kb, vb, ts, es, vec, t0, hi, kr, vr);
+      bm_attend_load<T, E, U, JOINT>(kb, vb, ts, es, vec, t0, hi, kr, vr);
     }
     float s[U];
 #pragma unroll
@@ -187,6 +190,7 @@ __device__ __forceinline__ void bm_attend(const float (&qr)[E], const T* kb, con
       if (t0 + u < hi) {
         const float p = expf(s[u] - m_new);
         l += p;
+        if (!JOINT) vr[u].load(vb + (long)(t0 + u) * ts, es, vec);
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[e] += p * vr[u].at(e);
       }
