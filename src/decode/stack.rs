@@ -15,8 +15,8 @@ use super::cuda::{counted, counted_inputs, dims_i32};
 use super::gemv::Mat;
 use super::projection::{Linear, NormQkv};
 use super::tail::{
-    grid_kernel_on, header, launch_shape, NextInputs, Sizes, ATTENTION_MLP, ATTENTION_MLP_PRELUDE,
-    HEAD_COUNTS, NEXT_QKV,
+    grid_kernel_on, header, launch_shape, pieces_floats, NextInputs, Sizes, ATTENTION_MLP,
+    ATTENTION_MLP_PRELUDE, HEAD_COUNTS, NEXT_QKV,
 };
 use super::{array_of, kernel_input, At, Gate};
 use crate::error::MlxError;
@@ -52,7 +52,7 @@ pub struct StackBlock<'a, B: Backend> {
 }
 
 /// Warps per block: 8 (256 threads). The block function needs up to 255 registers a thread
-/// without spilling (NVRTC 13.0 for sm_90, `qwen3-0.6b`'s sizes: 8-bit 255, dense 226 to 231,
+/// without spilling (NVRTC 13.0 for sm_90, `qwen3-0.6b`'s sizes: bf16 255, f32 253, 8-bit 249,
 /// 4-bit 168), which 8 warps a block allow. Blocks of 16 warps, held to 128 registers by launch
 /// bounds (and so spilling), decoded `qwen3-0.6b` in bf16 at 676 and 690 tok/s on an H200
 /// against 715 and 715 for 8 warps in the same rounds (`benches/decode.md`).
@@ -482,9 +482,10 @@ fn launch(
     let entries = table_entries(quantized, bias, norms);
     // `attention_mlp_qkv`'s scratch, then the heads (`qbuf`, `kvbuf`) and the residual stream
     // (`xbuf`) between blocks, as STACK_BLOCK_QKV lays them out.
-    let t4 = |values: usize| (values * size).div_ceil(16) * 4;
-    let work =
-        s.scratch_floats(size, splits, true) + t4(s.hq * s.d) + t4(2 * s.hkv * s.d) + t4(s.k);
+    let work = s.scratch_floats(size, splits, true)
+        + pieces_floats(s.hq * s.d, size)
+        + pieces_floats(2 * s.hkv * s.d, size)
+        + pieces_floats(s.k, size);
     let [counter, after] = counted_inputs()?;
     let mut names: Vec<String> = ["hidden", "len", "pos", "freqs", "sync", "after"]
         .map(String::from)

@@ -443,13 +443,12 @@ impl Sizes {
     /// and the activation in 16-byte pieces, and with `next` [`NEXT_QKV`]'s raw columns.
     pub(super) fn scratch_floats(&self, size: usize, splits: usize, next: bool) -> usize {
         let part = self.hq * splits * (self.d + 2);
-        let t4 = |values: usize| (values * size).div_ceil(16) * 4;
         let raw = if next {
             (self.hq + 2 * self.hkv) * self.d
         } else {
             0
         };
-        part.div_ceil(4) * 4 + t4(self.k) + t4(self.i) + raw
+        part.div_ceil(4) * 4 + pieces_floats(self.k, size) + pieces_floats(self.i, size) + raw
     }
 
     /// The template arguments `K`, `HQ`, `HKV`, `D`, `I` and `S` (`splits` of each head's
@@ -666,6 +665,12 @@ fn launch(
         }
         out
     })
+}
+
+/// The floats of scratch that hold `values` values of `size` bytes in whole 16-byte pieces, as
+/// the kernels' scratch offsets round them.
+pub(super) fn pieces_floats(values: usize, size: usize) -> usize {
+    (values * size).div_ceil(16) * 4
 }
 
 /// The first entry of [`super::cuda::counters`] that [`NEXT_QKV`] counts heads in (below it: the
