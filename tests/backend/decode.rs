@@ -518,12 +518,14 @@ fn linear_add_rejects_a_wrong_input_width() {
 
 /// `attention_mlp`'s cases: (dtype index in [`DTYPES`], head size, query heads, key heads,
 /// hidden size, MLP width): the Qwen3-0.6B block in bf16, every dtype, grouped and ungrouped
-/// heads, and a hidden size that is not a whole number of 16-byte loads per lane.
-const TAIL_CASES: [(usize, usize, usize, usize, usize, usize); 4] = [
+/// heads, a hidden size that is not a whole number of 16-byte loads per lane, and f32 heads of
+/// 256.
+const TAIL_CASES: [(usize, usize, usize, usize, usize, usize); 5] = [
     (0, 64, 4, 4, 256, 512),
     (1, 128, 16, 8, 1024, 3072),
     (2, 128, 8, 2, 512, 1024),
     (1, 64, 4, 2, 2056, 1024),
+    (0, 256, 4, 1, 512, 1024),
 ];
 
 /// One query's attention over the first `len` positions of a joint cache, `[1, hq·d]`.
