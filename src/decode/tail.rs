@@ -39,10 +39,22 @@ use burn_tensor::Tensor;
 use mlx_rs::{Array, Dtype};
 use std::sync::OnceLock;
 
-/// Warps per block: 16 (512 threads), so that each multiprocessor has that many loads in flight;
-/// the kernels ask for at most 128 registers a thread (NVRTC 13.0 for sm_90, every dtype, head
-/// sizes 64 and 128), which 512 threads a block allow.
+/// Warps per block: 16 (512 threads), so that each multiprocessor has that many loads in flight,
+/// which allows at most 128 registers a thread (see [`warps`] for the one kernel that needs more).
 pub(super) const WARPS: usize = 16;
+
+/// Warps per block of `attention_mlp`'s kernel: [`WARPS`], except for dense f32 weights with the
+/// next block's QKV step, which needs 136-138 registers a thread (nvcc 13.0 for sm_90, head sizes
+/// 128 and 256; a 512-thread launch of it fails with "too many resources requested for launch")
+/// and so runs 8 warps, which allow 255. Every other dtype and weight kind stays within 128 with
+/// 16 warps (bf16/f16 at most 104, 4- and 8-bit weights at most 118).
+fn warps(dtype: Dtype, wo: &Mat, next: bool) -> usize {
+    if dtype == Dtype::Float32 && matches!(wo, Mat::Dense(_)) && next {
+        8
+    } else {
+        WARPS
+    }
+}
 
 /// Static shared memory a block may use.
 const SHARED_BYTES: usize = 48 * 1024;
@@ -561,6 +573,7 @@ fn launch(
     next: Option<&NextInputs>,
 ) -> Result<Vec<Array>, MlxError> {
     let dtype = a.x.dtype();
+    let warps = warps(dtype, a.wo, next.is_some());
     let size = if dtype == Dtype::Float32 { 4 } else { 2 };
     let work = s.scratch_floats(size, splits, next.is_some());
     let [counter, after] = counted_inputs()?;
@@ -573,10 +586,10 @@ fn launch(
         TemplateArg::Int("SCALE", scale.to_bits() as i32),
         TemplateArg::Int("EPS", eps.to_bits() as i32),
         TemplateArg::Int("GELU", gelu as i32),
-        TemplateArg::Int("WARPS", WARPS as i32),
+        TemplateArg::Int("WARPS", warps as i32),
     ]);
-    let grid = [(blocks * WARPS * 32) as i32, 1, 1];
-    let block = [(WARPS * 32) as i32, 1, 1];
+    let grid = [(blocks * warps * 32) as i32, 1, 1];
+    let block = [(warps * 32) as i32, 1, 1];
     let header = header();
     let mut names = vec![
         "q",
@@ -741,6 +754,7 @@ impl<B: Backend> Block<'_, B> {
         let weights = (o_proj.mat(dtype), gate_up.mat(dtype), down.mat(dtype));
         let xa = array_of(&self.x);
         let next = next.map(|n| NextInputs::of(n, &t));
+        // With the most warps a launch takes, an upper bound of its shared memory.
         let shape = launch_shape(&sizes, dtype, WARPS, 0);
         // Every weight read as the kernel reads it, and all of one kind (one launch takes one
         // `Q` and `GS`).
