@@ -21,8 +21,9 @@
 //! environment of this project's machines sets. burn-mlx leaves the choice to OpenBLAS and to
 //! the user's `OPENBLAS_CORETYPE`.
 
-/// The BLAS and LAPACK functions `libmlx.so` 0.32.2 imports (`nm -D --undefined-only`), CPU and
-/// CUDA wheels alike. A missing one shows up as an undefined reference when a program links.
+/// The BLAS and LAPACK functions `libmlx.so` 0.32.4 imports (`nm -D --undefined-only`; the same
+/// as 0.32.2's), CPU and CUDA wheels alike. A missing one shows up as an undefined reference
+/// when a program links.
 pub const SYMBOLS: &[&str] = &[
     "cblas_cgemm",
     "cblas_dgemm",

@@ -10,8 +10,8 @@
 #   scripts/allsum_compare.sh                       # 5 rounds, 1 to 256 MiB, 2 ranks
 #   ROUNDS=9 MIN_MB=1 MAX_MB=64 SMALL=1 scripts/allsum_compare.sh  # also 4 B to 256 KiB
 #
-# MLX Python: the `mlx[cpu]` wheel of the version burn-mlx builds with (MLX 0.32.2), in a venv:
-#   python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.2"
+# MLX Python: the `mlx[cpu]` wheel of the version burn-mlx builds with (MLX 0.32.4), in a venv:
+#   python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.4"
 # MLXPY names that venv's python (default /tmp/mlxpy/bin/python). Every rank gets
 # OPENBLAS_NUM_THREADS=1 (2 ranks on a 2-core machine); RANKS, ROUNDS, MIN_MB, MAX_MB, SMALL
 # (1: also the small sizes, the latency of one call) as above; ROWS=file keeps every run's rows

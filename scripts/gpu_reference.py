@@ -7,7 +7,7 @@
   back) in PyTorch eager mode and with `torch.compile`, with the same layer shapes as the Burn
   models (`crates/burn-mlx-models`).
 
-Usage (needs `mlx` with `mlx-cuda-13` 0.32.2, and torch with CUDA, in the same Python):
+Usage (needs `mlx` with `mlx-cuda-13` 0.32.4, and torch with CUDA, in the same Python):
 
     cargo run --release -p burn-mlx-bench --features cuda --bin gpu_bench -- --json burn.json
     peers/burn-cuda/target/release/burn-cuda-peer --json burn-cuda.json     # optional

@@ -14,7 +14,7 @@ see mlx-sys/blas.rs), so both runners multiply through the same BLAS and the com
 the runners.
 
 Usage (after `cargo build --release -p burn-mlx-llm --bin llm`):
-    python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.2" "mlx-lm==0.32.2"
+    python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.4" "mlx-lm==0.32.2"
     /tmp/mlxpy/bin/python scripts/llm_cpu_compare.py --preset small --dtype f32 --rounds 3
 """
 

@@ -4,7 +4,7 @@ Issue 22's speed table: a Qwen3-0.6B-shaped model (hidden 1024, 28 layers, 16 qu
 head dim 128, intermediate 3072, vocab 151936, tied embeddings) with random weights, batch 1, a
 512-token prompt and 128 greedy new tokens, in bf16, timed with
 
-- mlx-lm (MLX's own LLM runner, Python), on the same MLX 0.32.2 CUDA wheel as burn-mlx, and
+- mlx-lm (MLX's own LLM runner, Python), on the same MLX CUDA wheel (0.32.4) as burn-mlx, and
 - Hugging Face transformers, eager attention, `generate`.
 
 The weights are written once by transformers (`Qwen3ForCausalLM` with random initialisation,

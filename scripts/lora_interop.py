@@ -35,7 +35,7 @@ mlx-lm 0.32.0's llama ``ModelArgs`` ignores transformers 5's ``rope_parameters``
 silently drop llama3 RoPE scaling); the script passes ``rope_theta`` / ``rope_scaling`` taken
 from ``rope_parameters`` to ``load_model`` when config.json has no ``rope_theta``.
 
-Run (CPU; ``pip install torch transformers==5.17.0 peft safetensors numpy "mlx[cpu]==0.32.2"
+Run (CPU; ``pip install torch transformers==5.17.0 peft safetensors numpy "mlx[cpu]==0.32.4"
 mlx-lm==0.32.0``):
     CUDA_VISIBLE_DEVICES= python scripts/lora_interop.py --self-test
     CUDA_VISIBLE_DEVICES= python scripts/lora_interop.py --model M --adapters A \\

@@ -22,7 +22,7 @@ layout. Timing as
 in `gpu_bench` and `gpu_reference.py`: 12 warm-up steps, then the median of at least 5 steps
 (at most 50, about 2 s), each step ending when its loss is read back.
 
-Usage (MLX 0.32.2's Python package with the `mlx-cuda-13` libraries on the GPU machine):
+Usage (MLX 0.32.4's Python package with the `mlx-cuda-13` libraries on the GPU machine):
 
     python3 scripts/mlx_steps.py [--json FILE] [--only mlp,cnn,transformer,decoder]
 

@@ -1,4 +1,5 @@
-//! Raw bindings to mlx-c 0.7.0 (MLX 0.32.2), generated at build time.
+//! Raw bindings to mlx-c 0.7.0 (MLX 0.32.4 on Linux, with one call adapted; 0.32.2 on macOS),
+//! generated at build time.
 //!
 //! This crate stands in for the published `mlx-sys` 0.7.0 (patched in by the workspace) so that
 //! the published `mlx-rs` 0.33.0 builds unchanged on Linux. Besides the generated bindings it

@@ -65,29 +65,30 @@ impl Wheel<'_> {
     }
 }
 
-/// MLX 0.32.2 for the CPU (the version mlx-c 0.7.0 is written against).
+/// MLX 0.32.4 for the CPU (mlx-c 0.7.0 is written against 0.32.2; `mlx-sys/build.rs` adapts
+/// its one call whose signature changed).
 pub const MLX_CPU: Wheel<'static> = Wheel {
     package: "mlx-cpu",
-    version: "0.32.2",
+    version: "0.32.4",
     pins: &[
         (
-            "mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl",
-            "fc5d31b90fc4f457b2f9614ed45651a567d22a6a11a03d114a90a4e10bdd8878",
+            "mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl",
+            "0e0a24fa2ce8b6b94d2e6a90604e8813aa8e29fcb918bb2aa01cfb6d133d8cee",
         ),
         (
-            "mlx_cpu-0.32.2-py3-none-manylinux_2_35_aarch64.whl",
-            "d0f94625588b51a878786dd51cec5617894ce586cf3c94645ce1b64e24c27c0b",
+            "mlx_cpu-0.32.4-py3-none-manylinux_2_35_aarch64.whl",
+            "1289e85e64af1fd16380bf331438bfe4afe875d27afc3e0bcf35f427c488fadd",
         ),
     ],
 };
 
-/// MLX 0.32.2 for NVIDIA GPUs (CUDA 13).
+/// MLX 0.32.4 for NVIDIA GPUs (CUDA 13).
 pub const MLX_CUDA: Wheel<'static> = Wheel {
     package: "mlx-cuda-13",
-    version: "0.32.2",
+    version: "0.32.4",
     pins: &[(
-        "mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl",
-        "335094ccd1c0c6dc3e09c8caba207c8180602bacc0c38ba20c1d81e9456ab394",
+        "mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl",
+        "94cb48fba73e5ee39467e51c35c51c691123359ca17bafd1a24cf92ad6732bee",
     )],
 };
 
@@ -240,8 +241,8 @@ pub fn check_prefix(dir: &Path, from: &str, version: &str) -> Result<PathBuf, St
             String::new()
         };
         return Err(format!(
-            "{from}={} holds MLX {found}, but mlx-c 0.7.0 (used by mlx-rs 0.33) needs MLX \
-             {version} exactly{advice}",
+            "{from}={} holds MLX {found}, but burn-mlx builds mlx-c 0.7.0 (used by mlx-rs 0.33) \
+             for MLX {version} exactly{advice}",
             dir.display()
         ));
     }

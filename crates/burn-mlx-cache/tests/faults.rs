@@ -32,9 +32,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-const VERSION: &str = "0.32.2";
+const VERSION: &str = "0.32.4";
 const PACKAGE: &str = "mlx-cpu";
-const ENTRY: &str = "mlx-cpu-0.32.2";
+const ENTRY: &str = "mlx-cpu-0.32.4";
 
 /// A temporary folder, removed on drop (after lifting any `chattr +i` a test put on it).
 struct Scratch(PathBuf);
@@ -107,7 +107,7 @@ fn fake_wheel(dir: &Path, version: &str) -> PathBuf {
     fs::create_dir_all(stage.join("mlx/lib")).unwrap();
     fs::create_dir_all(stage.join("mlx/include/mlx")).unwrap();
     fs::create_dir_all(stage.join("mlx_cpu.libs")).unwrap();
-    fs::create_dir_all(stage.join("mlx_cpu-0.32.2.dist-info")).unwrap();
+    fs::create_dir_all(stage.join("mlx_cpu-0.32.4.dist-info")).unwrap();
     fs::write(stage.join("mlx/lib/libmlx.so"), fake_elf(8192)).unwrap();
     fs::write(
         stage.join("mlx/include/mlx/version.h"),
@@ -123,15 +123,15 @@ fn fake_wheel(dir: &Path, version: &str) -> PathBuf {
     )
     .unwrap();
     fs::write(
-        stage.join("mlx_cpu-0.32.2.dist-info/METADATA"),
+        stage.join("mlx_cpu-0.32.4.dist-info/METADATA"),
         "Name: mlx-cpu\n",
     )
     .unwrap();
-    let wheel = dir.join("mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl");
+    let wheel = dir.join("mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl");
     let out = Command::new("python3")
         .args(["-m", "zipfile", "-c"])
         .arg(&wheel)
-        .args(["mlx", "mlx_cpu.libs", "mlx_cpu-0.32.2.dist-info"])
+        .args(["mlx", "mlx_cpu.libs", "mlx_cpu-0.32.4.dist-info"])
         .current_dir(&stage)
         .output()
         .expect("python3 is needed to build the fake wheel");
@@ -278,12 +278,12 @@ fn downloads_once_then_works_offline() {
     assert_eq!(pip_calls(&calls), 1);
     assert!(notes
         .iter()
-        .any(|n| n.contains("downloading mlx-cpu==0.32.2")));
+        .any(|n| n.contains("downloading mlx-cpu==0.32.4")));
     let marker = fs::read_to_string(root.join(ENTRY).join(fetch::MARKER)).unwrap();
-    assert_eq!(marker, "mlx-cpu==0.32.2\nlibmlx.so 8192\n");
+    assert_eq!(marker, "mlx-cpu==0.32.4\nlibmlx.so 8192\n");
     assert!(!root
         .join(ENTRY)
-        .join("mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl")
+        .join("mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl")
         .exists());
     assert_no_half_install(&root);
 
@@ -337,8 +337,8 @@ fn failing_download_leaves_nothing_and_retry_works() {
     let (python, _) = fake_python(
         tmp.path(),
         "fail",
-        "head -c 5000 /dev/zero > \"$dest/mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl\"; \
-         echo 'ERROR: HTTP error 503 while getting mlx_cpu-0.32.2.whl' >&2; exit 1",
+        "head -c 5000 /dev/zero > \"$dest/mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl\"; \
+         echo 'ERROR: HTTP error 503 while getting mlx_cpu-0.32.4.whl' >&2; exit 1",
     );
     let e = expect_err(fetch_into(&root, &python, None).0);
     assert!(e.contains("exit status: 1"), "{e}");
@@ -364,7 +364,7 @@ fn download_killed_by_a_signal_leaves_nothing() {
         tmp.path(),
         "killed",
         &format!(
-            "head -c 700 '{}' > \"$dest/mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl\"; \
+            "head -c 700 '{}' > \"$dest/mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl\"; \
              kill -9 $$",
             wheel.display()
         ),
@@ -381,7 +381,7 @@ fn garbage_or_truncated_wheel_is_refused() {
     let tmp = Scratch::new("garbage");
     let root = tmp.path().join("cache");
     let wheel = fake_wheel(tmp.path(), VERSION);
-    let whl = "\"$dest/mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl\"";
+    let whl = "\"$dest/mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl\"";
     let (garbage, _) = fake_python(
         tmp.path(),
         "garbage",
@@ -407,7 +407,7 @@ fn garbage_or_truncated_wheel_is_refused() {
     // A pinned file that is not a zip (say, a bad pin) still stops before anything is cached.
     let page = tmp.path().join("page");
     fs::create_dir_all(&page).unwrap();
-    let html = page.join("mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl");
+    let html = page.join("mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl");
     fs::write(&html, "<html>captive portal</html>\n").unwrap();
     pin(&html);
     let e = expect_err(fetch_into(&root, &garbage, None).0);
@@ -437,7 +437,7 @@ fn wheel_with_the_right_name_and_wrong_content_is_refused() {
     let out = Command::new("python3")
         .args(["-m", "zipfile", "-c"])
         .arg(&tampered)
-        .args(["mlx", "mlx_cpu.libs", "mlx_cpu-0.32.2.dist-info"])
+        .args(["mlx", "mlx_cpu.libs", "mlx_cpu-0.32.4.dist-info"])
         .current_dir(&stage)
         .output()
         .unwrap();
@@ -445,7 +445,7 @@ fn wheel_with_the_right_name_and_wrong_content_is_refused() {
     let actual = fetch::sha256_file(&tampered).unwrap();
     assert_ne!(actual, expected);
     let pins = [(
-        "mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl",
+        "mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl",
         expected.as_str(),
     )];
     let wheel = fetch::Wheel {
@@ -458,7 +458,7 @@ fn wheel_with_the_right_name_and_wrong_content_is_refused() {
         .expect_err("a wheel that is not the pinned file was accepted");
     eprintln!("error text:\n{e}\n");
     assert!(
-        e.contains("mlx_cpu-0.32.2-py3-none-manylinux_2_35_x86_64.whl"),
+        e.contains("mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl"),
         "{e}"
     );
     assert!(e.contains(&format!("expected {expected}")), "{e}");
@@ -470,7 +470,7 @@ fn wheel_with_the_right_name_and_wrong_content_is_refused() {
     // The real pins: a wheel file burn-mlx has not pinned (another platform) is refused too.
     let (python, _) = good_pip(tmp.path(), &good);
     let other_platform = fetch::Wheel {
-        pins: &[("mlx_cpu-0.32.2-py3-none-manylinux_2_35_riscv64.whl", "0")],
+        pins: &[("mlx_cpu-0.32.4-py3-none-manylinux_2_35_riscv64.whl", "0")],
         ..wheel
     };
     let e = fetch::wheel_prefix(
@@ -571,14 +571,14 @@ fn marked_complete_but_broken_is_repaired() {
 
     // Truncated under a marker of an older build script, which records no size: the ELF check
     // alone catches it.
-    fs::write(&marker, "mlx-cpu==0.32.2\n").unwrap();
+    fs::write(&marker, "mlx-cpu==0.32.4\n").unwrap();
     fs::write(&lib, &bytes[..6000]).unwrap();
     fetch_into(&root, &python, None).0.unwrap();
     assert_eq!(pip_calls(&calls), 4);
     assert_eq!(fs::read(&lib).unwrap(), bytes);
 
     // An old-style marker over a sound copy is accepted as it is.
-    fs::write(&marker, "mlx-cpu==0.32.2\n").unwrap();
+    fs::write(&marker, "mlx-cpu==0.32.4\n").unwrap();
     fetch_into(&root, &python, None).0.unwrap();
     assert_eq!(pip_calls(&calls), 4);
 
@@ -607,7 +607,7 @@ fn no_network_without_cache_is_a_clear_error() {
     let start = std::time::Instant::now();
     let e = expect_err(fetch_into(&root, &offline, None).0);
     assert_eq!(pip_calls(&calls), 1);
-    assert!(e.contains("mlx-cpu==0.32.2"), "{e}");
+    assert!(e.contains("mlx-cpu==0.32.4"), "{e}");
     assert!(e.contains("Check the network"), "{e}");
     assert!(e.contains("MLX_DIR"), "{e}");
     assert!(!root.join(ENTRY).exists());

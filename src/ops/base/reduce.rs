@@ -281,9 +281,8 @@ pub(crate) fn argmax(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
     if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmax") {
         return empty;
     }
-    let gpu = t.device == MlxDevice::Gpu;
     unary(t, "argmax", |a| {
-        let idx = if gpu && is_float(a.dtype()) {
+        let idx = if is_float(a.dtype()) {
             arg_extreme_nan_first(a, dim as i32, f64::NEG_INFINITY, |x, d| {
                 ops::indexing::argmax_axis(x, d, true)
             })?
@@ -299,9 +298,8 @@ pub(crate) fn argmin(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
     if let Some(empty) = arg_reduce_empty(&t, dim, out, "argmin") {
         return empty;
     }
-    let gpu = t.device == MlxDevice::Gpu;
     unary(t, "argmin", |a| {
-        let idx = if gpu && is_float(a.dtype()) {
+        let idx = if is_float(a.dtype()) {
             arg_extreme_nan_first(a, dim as i32, f64::INFINITY, |x, d| {
                 ops::indexing::argmin_axis(x, d, true)
             })?
@@ -312,13 +310,13 @@ pub(crate) fn argmin(t: MlxTensor, dim: usize, out: Dtype) -> MlxTensor {
     })
 }
 
-/// Burn's float `argmax`/`argmin` on devices whose MLX kernel treats NaN differently.
+/// Burn's float `argmax`/`argmin`, whose NaN rule MLX's kernels do not follow.
 ///
 /// Burn (burn-ndarray) scans from the first element and keeps it while no later value compares
 /// greater (less), so a NaN wins only when it comes first along the axis, and later NaNs are
-/// skipped. MLX's CPU kernel scans the same way; its CUDA kernel reduces in a tree and may pick
-/// any NaN. Here every NaN becomes `skip` (which never wins over the first element on ties),
-/// and a NaN in the first position wins outright.
+/// skipped. MLX 0.32.4's kernels take the first NaN wherever it is (the CPU's scan) or any NaN
+/// (CUDA's tree reduction). Here every NaN becomes `skip` (which never wins over the first
+/// element on ties), and a NaN in the first position wins outright.
 fn arg_extreme_nan_first(
     a: &Array,
     axis: i32,

@@ -183,7 +183,7 @@ pub fn write_report(
     writeln!(
         md,
         "Versions: burn 0.21.0 (burn-ndarray, burn-flex, burn-candle 0.21.0, all on CPU), \
-         mlx-rs 0.33.0, MLX 0.32.2, criterion 0.5.\n"
+         mlx-rs 0.33.0, MLX 0.32.4, criterion 0.5.\n"
     )
     .unwrap();
     md.push_str("| workload |");

@@ -5,7 +5,7 @@ evaluation; 100 calls below 1 MiB, 3-20 above).
 
 Started as ranks by burn-mlx's launcher, against the same MLX wheel burn-mlx builds with:
 
-    python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.2"
+    python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.4"
     cargo run --release -p burn-mlx-distributed --bin mlx_launch -- -n 2 --env OPENBLAS_NUM_THREADS=1 \
         /tmp/mlxpy/bin/python crates/burn-mlx-distributed/src/bin/train_distributed/allsum_bench.py [MIN_MB MAX_MB [small]]
 
