@@ -44,9 +44,10 @@ use std::sync::OnceLock;
 pub(super) const WARPS: usize = 16;
 
 /// Warps per block of `attention_mlp`'s kernel: [`WARPS`], except for dense f32 weights with the
-/// next block's QKV step, which needs 136-138 registers a thread (nvcc 13.0 for sm_90, head sizes
-/// 128 and 256; a 512-thread launch of it fails with "too many resources requested for launch")
-/// and so runs 8 warps, which allow 255. Every other dtype and weight kind stays within 128 with
+/// next block's QKV step, which needs up to 138 registers a thread (nvcc 13.0 for sm_90: 136-138
+/// with heads of 128 and 256 at hidden sizes of 512, 117 at the 0.6B shape; a 512-thread launch
+/// past 128 fails with "too many resources requested for launch") and so runs 8 warps, which
+/// allow 255. Every other dtype and weight kind stays within 128 with
 /// 16 warps (bf16/f16 at most 104, 4- and 8-bit weights at most 118).
 fn warps(dtype: Dtype, wo: &Mat, next: bool) -> usize {
     if dtype == Dtype::Float32 && matches!(wo, Mat::Dense(_)) && next {
