@@ -35,7 +35,7 @@ use burn_mlx_cache as fetch;
 /// The forwarding library that gives the MLX wheel OpenBLAS (Linux).
 mod blas;
 
-/// The MLX release the Linux build links. mlx-c 0.7.0 is written against 0.32.2; the one call
+/// The MLX version the Linux build links. mlx-c 0.7.0 is written against 0.32.2; the one call
 /// whose signature changed in 0.32.4 is adapted (`linux::adapted_ops`).
 const MLX_VERSION: &str = "0.32.4";
 /// The published mlx-sys package whose `src/mlx-c` we compile.
