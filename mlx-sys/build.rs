@@ -60,6 +60,7 @@ fn main() {
     println!("cargo:rerun-if-changed=fusion.cpp");
     println!("cargo:rerun-if-changed=export.cpp");
     println!("cargo:rerun-if-changed=fast_unary.cpp");
+    println!("cargo:rerun-if-changed=cpu_layers.cpp");
     println!("cargo:rerun-if-changed=bindings");
 
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
@@ -280,7 +281,8 @@ mod macos {
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fusion.cpp"))
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("export.cpp"))
             .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("fast_unary.cpp"))
-            // For fast_unary.cpp's loops, as on Linux (below).
+            .file(Path::new(env!("CARGO_MANIFEST_DIR")).join("cpu_layers.cpp"))
+            // For the CPU kernels' loops, as on Linux (below).
             .opt_level(3)
             .flag_if_supported("-fno-trapping-math")
             .compile("burn_mlx_fusion");
@@ -455,7 +457,8 @@ mod linux {
         sources.sort();
         // burn-mlx's own C++: the terminate handler for MLX's CUDA teardown at exit, the
         // automatic fusion of recurring graphs at evaluation, and the function-file export and
-        // import (the CPU kernels of fast_unary.cpp are compiled below, at -O3).
+        // import (the CPU kernels of fast_unary.cpp and cpu_layers.cpp are compiled below, at
+        // -O3).
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         sources.push(here.join("exit_guard.cpp"));
         sources.push(here.join("fusion.cpp"));
@@ -487,12 +490,13 @@ mod linux {
             .opt_level(3)
             .flag("-fno-trapping-math")
             .file(here.join("fast_unary.cpp"))
+            .file(here.join("cpu_layers.cpp"))
             .try_compile_intermediates();
-        objects.extend(
-            kernels.unwrap_or_else(|e| {
-                fail(format!("compiling fast_unary.cpp failed: {e}. {cxx_hint}"))
-            }),
-        );
+        objects.extend(kernels.unwrap_or_else(|e| {
+            fail(format!(
+                "compiling fast_unary.cpp or cpu_layers.cpp failed: {e}. {cxx_hint}"
+            ))
+        }));
         let lib = out_dir.join("libmlxc.so");
         let mut link = build.get_compiler().to_command();
         link.arg("-shared")

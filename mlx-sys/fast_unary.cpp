@@ -414,6 +414,12 @@ int fail(const char* what) {
 
 } // namespace
 
+// Keeps `what` as the calling thread's last failure and returns 1: for the entries of
+// `cpu_layers.cpp`, which report through `burn_mlx_fast_last_error` too.
+int burn_mlx_fast_fail(const char* what) {
+  return fail(what);
+}
+
 // The message of the last failure of `burn_mlx_fast_unary`, `burn_mlx_softmax` or
 // `burn_mlx_logsumexp` on the calling thread (MLX's exception text), or "" if none; valid until the thread's next failing call.
 extern "C" const char* burn_mlx_fast_last_error() {

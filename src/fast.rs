@@ -20,6 +20,7 @@
 
 #[cfg(doc)]
 use crate::backend::Mlx;
+use crate::device::MlxDevice;
 use crate::error::MlxError;
 use crate::interop::{from_mlx, to_mlx};
 use crate::ops::base::binary;
@@ -59,10 +60,12 @@ fn check_offset<B: Backend>(op: &str, offset: &Tensor<B, 1, Int>) {
 /// models.
 ///
 /// The mean square and the division are computed in f32 whatever `x`'s dtype; the result has
-/// `x`'s dtype. On [`Mlx`] this is MLX's fused `rms_norm` kernel (one kernel; it also applies
-/// `weight` in f32, before the result is rounded, where Hugging Face's half-precision modules
-/// round first: the two differ by at most one rounding of the result). Elsewhere it is composed
-/// from Burn's ops (eight of them).
+/// `x`'s dtype. On [`Mlx`] this is MLX's fused `rms_norm` kernel on the GPU (one kernel; it also
+/// applies `weight` in f32, before the result is rounded, where Hugging Face's half-precision
+/// modules round first: the two differ by at most one rounding of the result), and on the CPU
+/// one primitive of burn-mlx's (`mlx-sys/cpu_layers.cpp`, rounding as MLX's composed CPU form
+/// does; MLX's CPU runs `fast::rms_norm` as three ops; `BURN_MLX_CPU_KERNELS=0` selects those).
+/// Elsewhere it is composed from Burn's ops (eight of them).
 ///
 /// # Panics
 ///
@@ -98,7 +101,7 @@ pub fn rms_norm<B: Backend, const D: usize>(
         Ok(x) => {
             let w = float_on_mlx(weight).unwrap_or_else(|_| unreachable!("same backend as x"));
             let out = binary(x, w, "rms_norm", |x, w| {
-                fast::rms_norm(x, Some(&w.as_dtype(x.dtype())?), eps as f32)
+                crate::native::cpu_layers::rms_norm(x, w, eps as f32)
             });
             return float_from_mlx(out);
         }
@@ -203,8 +206,11 @@ fn swiglu_mlx(gate: MlxTensor, up: MlxTensor) -> MlxTensor {
 /// `x[i + d/2]·cos(p·f[i]) + x[i]·sin(p·f[i])`, with `f` the inverse frequencies (any scaling
 /// already applied to them).
 ///
-/// On [`Mlx`], [`apply`](Self::apply) is MLX's fused `rope` kernel (one kernel); elsewhere it is
-/// composed from Burn's ops, with the angles computed in f32 as transformers does.
+/// On [`Mlx`]'s GPU, [`apply`](Self::apply) is MLX's fused `rope` kernel (one kernel); on its
+/// CPU, one primitive of burn-mlx's (`mlx-sys/cpu_layers.cpp`: MLX's CPU runs `fast::rope` as
+/// about a dozen ops that compute the angles again at every call; `BURN_MLX_CPU_KERNELS=0`
+/// selects those), with the angles `p·f[i]` computed in f32; elsewhere it is composed from
+/// Burn's ops, with the angles computed in f32 as transformers does.
 #[derive(Debug, Clone)]
 pub struct RotaryEmbedding<B: Backend> {
     /// `f`, `[d/2]`, f32.
@@ -261,6 +267,12 @@ impl<B: Backend> RotaryEmbedding<B> {
         let [_, _, seq, d] = x.dims();
         self.check_head_dim("apply", &x);
         let x = match float_on_mlx(x) {
+            // On the CPU, burn-mlx's RoPE primitive, which takes the position as an array.
+            Ok(x) if x.device == MlxDevice::Cpu => {
+                let x = float_from_mlx(x);
+                let position = Tensor::<B, 1, Int>::from_ints([offset as i32], &x.device());
+                return self.apply_at(x, position);
+            }
             Ok(x) => {
                 let periods = float_on_mlx(self.periods.clone())
                     .unwrap_or_else(|_| unreachable!("same backend as x"));
@@ -322,6 +334,24 @@ impl<B: Backend> RotaryEmbedding<B> {
                 let offset = to_mlx(offset).unwrap_or_else(|_| unreachable!("B is Mlx"));
                 let periods = float_on_mlx(self.periods.clone())
                     .unwrap_or_else(|_| unreachable!("same backend as x"));
+                // On the CPU, one primitive of burn-mlx's (MLX computes the angles, slices and
+                // concatenates in a dozen ops there).
+                if x.device == MlxDevice::Cpu {
+                    let inverse = float_on_mlx(self.inverse_frequencies.clone())
+                        .unwrap_or_else(|_| unreachable!("same backend as x"));
+                    let out = x
+                        .device
+                        .scope(|| {
+                            crate::native::cpu_layers::rope(
+                                &x.array,
+                                &inverse.array,
+                                &periods.array,
+                                &offset.array,
+                            )
+                        })
+                        .or_panic("rope", &[&x.array, &offset.array]);
+                    return float_from_mlx(x.with(out));
+                }
                 let out = x
                     .device
                     .scope(|| {

@@ -62,7 +62,8 @@ unsafe extern "C" {
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
     /// burn-mlx's addition (`fast_unary.cpp`): MLX's message for the last failure of
-    /// `burn_mlx_fast_unary`, `burn_mlx_softmax` or `burn_mlx_logsumexp` on the calling thread, or "" if none. The
+    /// `burn_mlx_fast_unary`, `burn_mlx_softmax`, `burn_mlx_logsumexp` or an entry of
+    /// `cpu_layers.cpp` on the calling thread, or "" if none. The
     /// string belongs to the thread and lives until its next failing call: copy it at once.
     pub fn burn_mlx_fast_last_error() -> *const ::std::os::raw::c_char;
     /// burn-mlx's addition (`fast_unary.cpp`): softmax of `a` over `axis` on stream `s`,
@@ -82,6 +83,80 @@ unsafe extern "C" {
         a: mlx_array,
         axis: ::std::os::raw::c_int,
         keepdims: bool,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`cpu_layers.cpp`): RMS norm of `x` over its last axis with the
+    /// weight `w` (`[n]`) and `eps`, through burn-mlx's CPU primitive for float dtypes on a CPU
+    /// stream (unless `BURN_MLX_CPU_KERNELS=0`), MLX's `fast::rms_norm` otherwise. Returns 0, or
+    /// 1 with MLX's message for `burn_mlx_fast_last_error`.
+    pub fn burn_mlx_rms_norm(
+        res: *mut mlx_array,
+        x: mlx_array,
+        w: mlx_array,
+        eps: f32,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`cpu_layers.cpp`): "rotate half" RoPE of `x` (`[..., seq, d]`) over
+    /// its last axis, row `s` at position `offset + s` (`offset`: one integer), through
+    /// burn-mlx's CPU primitive with the inverse frequencies `inv_freqs` (`[d/2]`) for float
+    /// dtypes on a CPU stream (unless `BURN_MLX_CPU_KERNELS=0`), MLX's `fast::rope` with the
+    /// periods `periods` otherwise. Returns 0, or 1 with the message kept.
+    pub fn burn_mlx_rope(
+        res: *mut mlx_array,
+        x: mlx_array,
+        inv_freqs: mlx_array,
+        periods: mlx_array,
+        offset: mlx_array,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`cpu_layers.cpp`): the query, key and value heads of a fused QKV
+    /// projection's output `qkv` (`[batch·seq, (hq + 2·hkv)·d]`) on a CPU stream, the query and
+    /// key heads RMS-normalized with `qw`, `kw` (read only with `norm`) and rotated (inverse
+    /// frequencies `freqs`, positions from `pos`), written to `res`: `q`, `k`, `v`, or `q` and
+    /// `kv` (keys then values) with `joint`. Returns 0, or 1 with the message kept.
+    pub fn burn_mlx_cpu_qkv_heads(
+        res: *mut mlx_vector_array,
+        qkv: mlx_array,
+        qw: mlx_array,
+        kw: mlx_array,
+        freqs: mlx_array,
+        pos: mlx_array,
+        batch: ::std::os::raw::c_int,
+        hq: ::std::os::raw::c_int,
+        hkv: ::std::os::raw::c_int,
+        d: ::std::os::raw::c_int,
+        eps: f32,
+        norm: bool,
+        joint: bool,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`cpu_layers.cpp`): attention of one query position (`q`: `[batch,
+    /// hq, 1, d]`) over the first `len` positions of `keys` and `values` (`[batch, hkv, cap,
+    /// d]`, or with `joint` one buffer `[batch, 2·hkv, cap, d]` given twice), the last `window`
+    /// of them when `window > 0`, on a CPU stream; `[batch, hq·d]`. Returns 0, or 1 with the
+    /// message kept.
+    pub fn burn_mlx_cpu_decode_attention(
+        res: *mut mlx_array,
+        q: mlx_array,
+        keys: mlx_array,
+        values: mlx_array,
+        len: mlx_array,
+        batch: ::std::os::raw::c_int,
+        hq: ::std::os::raw::c_int,
+        hkv: ::std::os::raw::c_int,
+        d: ::std::os::raw::c_int,
+        scale: f32,
+        window: ::std::os::raw::c_int,
+        joint: bool,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+    /// burn-mlx's addition (`cpu_layers.cpp`): `act(gate) · up` of `gu` (`[rows, 2·i]`, the
+    /// gate's columns then up's) on a CPU stream, GELU's tanh form with `gelu`, SiLU otherwise;
+    /// `[rows, i]`. Returns 0, or 1 with the message kept.
+    pub fn burn_mlx_cpu_gated(
+        res: *mut mlx_array,
+        gu: mlx_array,
+        gelu: bool,
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }

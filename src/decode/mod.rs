@@ -19,12 +19,16 @@
 //! | [`attention_mlp_qkv`] | [`attention_mlp`] and the next block's [`norm_qkv_heads_joint`], which writes that block's keys and values into its cache |
 //!
 //! On [`Mlx`](crate::Mlx)'s CUDA device each is one MLX custom kernel (one primitive, one
-//! launch; `src/decode/cuda.rs`), compiled by MLX on its first use in a process. Everywhere
-//! else (MLX's CPU, Metal, other backends, `Autodiff`) they are
-//! composed from Burn ops and burn-mlx's other fused ops, with the same results within the
-//! dtype's rounding. Inside a function traced by [`crate::compile()`] the kernels are recorded
-//! like any MLX op; a function written to a file by [`crate::export`] gets the composed ops. `BURN_MLX_DECODE_KERNELS=0` (or [`set_kernels`]) selects the composed path on
-//! CUDA too.
+//! launch; `src/decode/cuda.rs`), compiled by MLX on its first use in a process. On MLX's CPU,
+//! [`qkv_heads`], [`qkv_heads_joint`], [`decode_attention`], [`decode_attention_joint`] and
+//! [`gated`] are one primitive each of burn-mlx's own (`mlx-sys/cpu_layers.cpp`), and the others
+//! are composed from them, MLX's matmul (with the residual add as one `addmm` where the
+//! projection is dense without bias) and burn-mlx's CPU RMS norm ([`crate::fast::rms_norm`]).
+//! Everywhere else (Metal, other backends, `Autodiff`) they are composed from Burn ops and
+//! burn-mlx's other fused ops, with the same results within the dtype's rounding. Inside a
+//! function traced by [`crate::compile()`] the kernels are recorded like any MLX op; a function
+//! written to a file by [`crate::export`] gets the composed ops. `BURN_MLX_DECODE_KERNELS=0` (or
+//! [`set_kernels`]) selects the composed path on CUDA and on the CPU.
 //!
 //! Positions and lengths come as [`At`]: a host integer (which the CUDA kernels read from a
 //! table of positions made on the device, not from host memory), or an integer tensor on the
@@ -47,6 +51,7 @@ pub use tail::{attention_mlp, attention_mlp_qkv};
 
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, swiglu, RotaryEmbedding};
 use crate::interop::to_mlx;
+use crate::native::cpu_layers;
 use crate::tensor::{MlxTensor, OrPanic};
 use crate::MlxDevice;
 use burn_tensor::backend::Backend;
@@ -221,8 +226,8 @@ pub fn greedy_tokens<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 2, Int> {
 /// 0: not read yet; 1: off; 2: on.
 static KERNELS: AtomicU8 = AtomicU8::new(0);
 
-/// Whether the CUDA kernels run where they can (on by default; `BURN_MLX_DECODE_KERNELS=0` turns
-/// them off).
+/// Whether the kernels (CUDA's, and the CPU primitives) run where they can (on by default;
+/// `BURN_MLX_DECODE_KERNELS=0` turns them off).
 pub fn kernels() -> bool {
     match KERNELS.load(Ordering::Relaxed) {
         0 => {
@@ -234,7 +239,8 @@ pub fn kernels() -> bool {
     }
 }
 
-/// Turns the CUDA kernels on or off for the process (the composed path is used when off).
+/// Turns the kernels (CUDA's, and the CPU primitives) on or off for the process (the composed
+/// path is used when off).
 pub fn set_kernels(on: bool) {
     KERNELS.store(if on { 2 } else { 1 }, Ordering::Relaxed);
 }
@@ -255,6 +261,25 @@ fn on_cuda(t: &MlxTensor) -> bool {
 fn kernel_input<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<MlxTensor, Tensor<B, D>> {
     match float_on_mlx(x) {
         Ok(t) if on_cuda(&t) => Ok(t),
+        Ok(t) => Err(float_from_mlx(t)),
+        Err(x) => Err(x),
+    }
+}
+
+/// The MLX tensor behind `x` when burn-mlx's CPU primitives can run for it (`mlx-sys/
+/// cpu_layers.cpp`: a float MLX tensor on MLX's CPU device, with [`kernels`] on, outside a trace
+/// for a function file); `x` back otherwise.
+fn cpu_input<B: Backend, const D: usize>(x: Tensor<B, D>) -> Result<MlxTensor, Tensor<B, D>> {
+    match float_on_mlx(x) {
+        Ok(t)
+            if t.device == MlxDevice::Cpu
+                && t.quant.is_none()
+                && kernels()
+                && !crate::trace::is_exporting()
+                && cuda::float_dtype(t.array.dtype()) =>
+        {
+            Ok(t)
+        }
         Ok(t) => Err(float_from_mlx(t)),
         Err(x) => Err(x),
     }
@@ -432,6 +457,28 @@ fn heads<B: Backend>(
         }
         Err(qkv) => qkv,
     };
+    let qkv = match cpu_input(qkv) {
+        Ok(t) => {
+            let none = || array_of(rope.inverse_frequencies());
+            let (qw, kw) =
+                norms.map_or_else(|| (none(), none()), |(q, k)| (array_of(q), array_of(k)));
+            let freqs = array_of(rope.inverse_frequencies());
+            let pos = offset.array();
+            let params = cpu_layers::QkvHeads {
+                batch,
+                heads: [hq, hkv, d],
+                eps: eps as f32,
+                norm: norms.is_some(),
+                joint,
+            };
+            let out = t
+                .device
+                .scope(|| cpu_layers::qkv_heads(&t.array, [&qw, &kw], &freqs, &pos, params))
+                .or_panic("qkv_heads", &[&t.array]);
+            return out.into_iter().map(|a| float_from_mlx(t.with(a))).collect();
+        }
+        Err(qkv) => qkv,
+    };
     let heads_first = |t: Tensor<B, 2>, heads: usize| {
         if seq == 1 {
             t.reshape([batch, heads, 1, d])
@@ -594,13 +641,38 @@ fn attention_kernel<B: Backend>(
             Ok(float_from_mlx(t.with(out)))
         }
         Ok(t) => Err(float_from_mlx(t)),
-        Err(q) => Err(q),
+        Err(q) => match cpu_input(q) {
+            Ok(t) => {
+                let (k, v) = (array_of(keys), array_of(values));
+                let n = len.array();
+                let out = t
+                    .device
+                    .scope(|| {
+                        let w = window.unwrap_or(0);
+                        let dims = [b, hq, hkv, d];
+                        cpu_layers::decode_attention(
+                            &t.array,
+                            &k,
+                            &v,
+                            &n,
+                            dims,
+                            scale as f32,
+                            w,
+                            joint,
+                        )
+                    })
+                    .or_panic("decode_attention", &[&t.array, &k]);
+                Ok(float_from_mlx(t.with(out)))
+            }
+            Err(q) => Err(q),
+        },
     }
 }
 
-/// Whether this crate's kernels run for tensors of backend `B` on `device` (the CUDA device of
-/// `Mlx`, with [`kernels`] on): a caller can then pick the layouts they are fastest with, such
-/// as one buffer for a layer's cached keys and values.
+/// Whether this crate's CUDA kernels run for tensors of backend `B` on `device` (the CUDA device
+/// of `Mlx`, with [`kernels`] on): a caller can then pick the layouts they are fastest with, such
+/// as one buffer for a layer's cached keys and values, written in place. (The CPU primitives
+/// take either layout and write no cache in place.)
 pub fn kernels_run<B: Backend>(device: &B::Device) -> bool {
     let any: &dyn std::any::Any = device;
     std::any::TypeId::of::<B>() == std::any::TypeId::of::<crate::Mlx>()
@@ -636,6 +708,16 @@ pub fn gated<B: Backend>(gate_up: Tensor<B, 2>, gate: Gate) -> Tensor<B, 2> {
             let out = t
                 .device
                 .scope(|| cuda::gated(&t.array, gate == Gate::GeluTanh))
+                .or_panic("gated", &[&t.array]);
+            return float_from_mlx(t.with(out));
+        }
+        Err(x) => x,
+    };
+    let gate_up = match cpu_input(gate_up) {
+        Ok(t) => {
+            let out = t
+                .device
+                .scope(|| cpu_layers::gated(&t.array, gate == Gate::GeluTanh))
                 .or_panic("gated", &[&t.array]);
             return float_from_mlx(t.with(out));
         }

@@ -23,7 +23,7 @@
 //! through MLX's quantized matmul.
 
 use super::gemv::{self, Mat, Projection};
-use super::{array_of, gated, heads, kernel_input, writable_cache, At, Gate, QkvLayout};
+use super::{array_of, cpu_input, gated, heads, kernel_input, writable_cache, At, Gate, QkvLayout};
 use crate::fast::{float_from_mlx, float_on_mlx, rms_norm, RotaryEmbedding};
 use crate::quant::QuantizedMatrix;
 use crate::tensor::{MlxTensor, OrPanic};
@@ -241,6 +241,20 @@ pub fn linear_add<'a, B: Backend>(
             return float_from_mlx(t.with(y));
         }
         Err(x) => x,
+    };
+    // On MLX's CPU a dense projection without bias and its residual add are one `addmm`
+    // (BLAS's accumulate into the residual), one primitive instead of two.
+    let x = match (cpu_input(x), &layer) {
+        (Ok(t), Linear::Dense(Dense { weight, bias: None })) => {
+            let (w, r) = (array_of(weight), array_of(&residual));
+            let y = t
+                .device
+                .scope(|| mlx_rs::ops::addmm(&r, &t.array, &w, 1.0, 1.0))
+                .or_panic("linear_add", &[&t.array, &w]);
+            return float_from_mlx(t.with(y));
+        }
+        (Ok(t), _) => float_from_mlx(t),
+        (Err(x), _) => x,
     };
     residual + layer.forward(x)
 }

@@ -58,7 +58,7 @@ binary_ffi! {
 
 /// [`array_op`] for the entries of `mlx-sys/fast_unary.cpp`: on failure, the error carries
 /// MLX's own message (which those entries keep per thread), not only the op's name.
-fn fast_op(
+pub(super) fn fast_op(
     op: &str,
     f: impl FnOnce(*mut mlx_array, mlx_stream) -> std::os::raw::c_int,
 ) -> Result<Array, mlx_rs::error::Exception> {

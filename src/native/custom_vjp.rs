@@ -84,7 +84,7 @@ pub(crate) fn apply(
 /// # Safety
 ///
 /// `v` must be a live vector.
-unsafe fn read(v: mlx_sys::mlx_vector_array) -> Vec<Array> {
+pub(super) unsafe fn read(v: mlx_sys::mlx_vector_array) -> Vec<Array> {
     let n = mlx_sys::mlx_vector_array_size(v);
     (0..n)
         .map(|i| {

@@ -10,6 +10,8 @@
 //! - `array`: the array ops mlx-rs does not wrap (bitwise ops, strided slices, slice updates,
 //!   scatter-add) and burn-mlx's vectorized CPU kernels, re-exported here as `native::slice`,
 //!   `native::exp` and so on;
+//! - [`cpu_layers`]: burn-mlx's CPU primitives for RMS norm, RoPE and a decode step's QKV heads,
+//!   attention and gated activation;
 //! - [`fusion`]: the evaluation entry that runs graphs through the automatic compile pass
 //!   ([`crate::compile::auto`]), and that pass's settings and counters;
 //! - [`custom_vjp`]: functions with a backward pass of burn-mlx's own inside MLX's transforms;
@@ -21,6 +23,7 @@
 //! live for the call, who owns what it returns, which buffers it may write.
 
 mod array;
+pub(crate) mod cpu_layers;
 pub(crate) mod custom_vjp;
 pub(crate) mod distributed;
 pub(crate) mod dot;

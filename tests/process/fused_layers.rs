@@ -382,6 +382,66 @@ fn cross_entropy_f32_of_bf16_logits_matches_burn_nn() {
     );
 }
 
+/// An input and a norm weight as a module, for MLX's own transforms.
+#[derive(Module, Debug)]
+struct NormRope<B: Backend> {
+    x: Param<Tensor<B, 4>>,
+    w: Param<Tensor<B, 1>>,
+}
+
+/// `fast::rms_norm` and `fast::RotaryEmbedding` (at a host and at a device position), weighted
+/// and summed: on plain `Mlx` on the CPU these are burn-mlx's CPU primitives
+/// (`mlx-sys/cpu_layers.cpp`), elsewhere Burn's ops.
+fn norm_rope_loss<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 1>, freqs: &[f64]) -> Tensor<B, 1> {
+    let device = x.device();
+    let rope = burn_mlx::fast::RotaryEmbedding::<B>::new(freqs, &device);
+    let at = Tensor::<B, 1, Int>::from_ints([300], &device);
+    let normed = burn_mlx::fast::rms_norm(x.clone(), w, 1e-6);
+    weighted_sum(normed, 41)
+        + weighted_sum(rope.apply(x.clone(), 37), 42)
+        + weighted_sum(rope.apply_at(x, at), 43)
+}
+
+/// The gradients of burn-mlx's CPU RMS norm and RoPE primitives inside MLX's own transforms
+/// (`burn_mlx::grad::value_and_grad` on plain `Mlx`) match Burn's autodiff of the composed ops on
+/// burn-ndarray in f64, for the input and the norm's weight.
+#[test]
+fn cpu_norm_and_rope_gradients_match_the_composed_ops() {
+    let _alone = setup();
+    let shape = [2, 3, 5, 64];
+    let freqs: Vec<f64> = (0..32)
+        .map(|i| 10_000f64.powf(-2.0 * i as f64 / 64.0))
+        .collect();
+    let (xd, wd) = (
+        rand_f(&shape, (-2.0, 2.0), 44),
+        rand_f(&[64], (0.5, 1.5), 45),
+    );
+    let xn = Tensor::<NdAd, 4>::from_data(xd.clone(), &ND).require_grad();
+    let wn = Tensor::<NdAd, 1>::from_data(wd.clone(), &ND).require_grad();
+    let want = norm_rope_loss(xn.clone(), wn.clone(), &freqs);
+    let grads = want.backward();
+    let (want_dx, want_dw) = (
+        xn.grad(&grads).unwrap().to_data(),
+        wn.grad(&grads).unwrap().to_data(),
+    );
+
+    let model = NormRope {
+        x: Param::from_tensor(Tensor::<Mlx, 4>::from_data(xd, &MD)),
+        w: Param::from_tensor(Tensor::<Mlx, 1>::from_data(wd, &MD)),
+    };
+    let (loss, grads) = burn_mlx::grad::value_and_grad(&model, |m: &NormRope<Mlx>| {
+        norm_rope_loss(m.x.val(), m.w.val(), &freqs)
+    })
+    .expect("value_and_grad");
+    let dx: Tensor<Mlx, 4> = grads.get(model.x.id).expect("dx");
+    let dw: Tensor<Mlx, 1> = grads.get(model.w.id).expect("dw");
+    // Positions up to 304 turn angles by up to 304 radians: f32's rounding of the angle costs
+    // about 2e-5.
+    assert_close("loss", loss.to_data(), want.to_data(), 1e-4);
+    assert_close("dx", dx.to_data(), want_dx, 1e-4);
+    assert_close("dw", dw.to_data(), want_dw, 1e-4);
+}
+
 /// Logits as a module, for MLX's own transforms (`burn_mlx::grad::value_and_grad`).
 #[derive(Module, Debug)]
 struct Logits<B: Backend> {
