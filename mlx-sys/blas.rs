@@ -8,11 +8,15 @@
 //! forwarding library exports the unprefixed names MLX calls, each a tail jump to the prefixed
 //! function, and is linked against OpenBLAS (the dynamic loader resolves the jumps).
 //!
-//! One function is more than a jump: `cblas_sgemm`, written in C (`blas_gemv.c`), sends
-//! products with a single row or column to OpenBLAS's `sgemv`. OpenBLAS's GEMM packs the whole
-//! of both operands before computing, so a decoder's per-token `[1, in] × [in, out]` product
-//! copied every weight on each token: measured on the LLM example's `small` preset (f32, 2
-//! cores), decode went from 64-68 to 133-150 tokens/s with it, prefill unchanged.
+//! One function is more than a jump: `cblas_sgemm`, written in C (`blas_gemv.c`), computes
+//! products with a single row or column itself. OpenBLAS's GEMM packs the whole of both operands
+//! before computing, so a decoder's per-token `[1, in] × [in, out]` product copied every weight
+//! on each token: measured on the LLM example's `small` preset (f32, 2 cores), decode went from
+//! 64-68 to 133-150 tokens/s when these products went to OpenBLAS's `sgemv` instead. `blas_gemv.c`
+//! now runs them through loops of its own, split over the calling thread and one helper thread
+//! for products of 2^16 weights or more: on a 2-core AMD EPYC VM (2026-12-02) decode went from
+//! 81-103 to 104-130 tokens/s against OpenBLAS's threaded `sgemv`, whose spinning workers
+//! competed with MLX's threads (`BURN_MLX_GEMV=openblas` selects it again).
 //!
 //! Kernel choice: OpenBLAS picks its kernels when it loads (`DYNAMIC_ARCH`), and honours
 //! `OPENBLAS_CORETYPE` when that is set. The 0.3.34 build of the wheel picks SkylakeX (AVX-512)

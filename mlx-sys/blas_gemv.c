@@ -1,16 +1,29 @@
 /* burn-mlx's `cblas_sgemm` for libmlx (see mlx-sys/blas.rs): matrix-vector shapes go to
- * OpenBLAS's sgemv, everything else to its sgemm.
+ * burn-mlx's own matrix-vector loops (or OpenBLAS's sgemv), everything else to OpenBLAS's sgemm.
  *
  * MLX's CPU backend computes every f32 matmul with one cblas_sgemm call per batch entry. When
  * one side of the product is a single row or column (a decoder's per-token step: activations
  * [1, in] times weights [in, out]), OpenBLAS's GEMM driver still packs the whole weight matrix
  * into its panel buffers before the kernel reads it, so each token copies every weight once more
- * than it needs to; its GEMV reads each weight once. The results are the same products summed in
- * another order (f32 rounding).
+ * than it needs to; a matrix-vector product reads each weight once. The results are the same
+ * products summed in another order (f32 rounding).
+ *
+ * The matrix-vector loops are plain C that the compiler vectorizes (sixteen running sums per
+ * row); a product of at least 2^16 weights is split in two halves, one for the calling thread and
+ * one for a helper thread that spins for a few hundred microseconds after each product (a decode step's
+ * products come microseconds apart) and then sleeps. On a 2-core AMD EPYC VM OpenBLAS's threaded
+ * sgemv and its spinning workers left a decode step at 1.5-2x the time the weights take to
+ * stream from memory. BURN_MLX_GEMV=openblas sends these products to OpenBLAS's sgemv instead.
  *
  * Only the row-major interface MLX uses is forwarded directly; a column-major call is the
  * row-major one with the operands swapped. Empty products and everything with more than one row
  * and column go to sgemm unchanged. */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 enum { ROW_MAJOR = 101, COL_MAJOR = 102, NO_TRANS = 111, TRANS = 112 };
 
@@ -19,6 +32,143 @@ void scipy_cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k,
                        int ldc);
 void scipy_cblas_sgemv(int order, int trans, int rows, int cols, float alpha, const float *a,
                        int lda, const float *x, int incx, float beta, float *y, int incy);
+
+/* y[i * incy] = alpha * (row i of B) . x + beta * y[i * incy] for the n rows of k values of B
+ * (row stride ldb), x contiguous. Sixteen running sums per row, so that the loop vectorizes. */
+static void gemv_rows(long n, long k, float alpha, const float *b, long ldb, const float *x,
+                      float beta, float *y, long incy) {
+  for (long i = 0; i < n; i++) {
+    const float *row = b + i * ldb;
+    float acc[16] = {0};
+    long j = 0;
+    for (; j + 16 <= k; j += 16)
+      for (int t = 0; t < 16; t++) acc[t] += row[j + t] * x[j + t];
+    float s = 0.0f;
+    for (int t = 0; t < 16; t++) s += acc[t];
+    for (; j < k; j++) s += row[j] * x[j];
+    /* BLAS leaves y unread when beta is 0 (MLX hands over fresh memory). */
+    float prev = beta == 0.0f ? 0.0f : beta * y[i * incy];
+    y[i * incy] = alpha * s + prev;
+  }
+}
+
+/* y = alpha * Bᵀ x + beta * y over n columns of B, which has k rows (row stride ldb); x and y
+ * contiguous: y accumulates x[i] times row i, row after row. */
+static void gemv_cols(long k, long n, float alpha, const float *b, long ldb, const float *x,
+                      float beta, float *y) {
+  if (beta == 0.0f)
+    memset(y, 0, (size_t)n * sizeof(float));
+  else if (beta != 1.0f)
+    for (long j = 0; j < n; j++) y[j] *= beta;
+  for (long i = 0; i < k; i++) {
+    const float *row = b + i * ldb;
+    float a = alpha * x[i];
+    for (long j = 0; j < n; j++) y[j] += a * row[j];
+  }
+}
+
+/* One matrix-vector product: gemv_rows (`rows`) or gemv_cols over n rows or columns. */
+struct job {
+  int rows;
+  long n, k, ldb, incy;
+  float alpha, beta;
+  const float *b, *x;
+  float *y;
+};
+
+/* Rows or columns [lo, hi) of `j`. */
+static void run_part(const struct job *j, long lo, long hi) {
+  if (j->rows)
+    gemv_rows(hi - lo, j->k, j->alpha, j->b + lo * j->ldb, j->ldb, j->x, j->beta,
+              j->y + lo * j->incy, j->incy);
+  else
+    gemv_cols(j->k, hi - lo, j->alpha, j->b + lo, j->ldb, j->x, j->beta, j->y + lo);
+}
+
+/* The helper thread's state: the job, and counters of jobs posted and finished. */
+static struct job shared_job;
+static atomic_long posted, finished;
+static atomic_flag in_use = ATOMIC_FLAG_INIT;
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static int sleeping;
+
+static inline void relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static void *helper_main(void *unused) {
+  (void)unused;
+  long seen = 0;
+  for (;;) {
+    long p;
+    long spins = 0;
+    while ((p = atomic_load_explicit(&posted, memory_order_acquire)) == seen) {
+      if (++spins < (1L << 14)) {
+        relax();
+        continue;
+      }
+      pthread_mutex_lock(&wake_lock);
+      sleeping = 1;
+      while (atomic_load_explicit(&posted, memory_order_acquire) == seen)
+        pthread_cond_wait(&wake, &wake_lock);
+      sleeping = 0;
+      pthread_mutex_unlock(&wake_lock);
+      spins = 0;
+    }
+    seen = p;
+    run_part(&shared_job, shared_job.n / 2, shared_job.n);
+    atomic_store_explicit(&finished, p, memory_order_release);
+  }
+  return NULL;
+}
+
+static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
+static int helper_started;
+
+static void start_helper(void) {
+  pthread_t t;
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2 && pthread_create(&t, NULL, helper_main, NULL) == 0) {
+    pthread_detach(t);
+    helper_started = 1;
+  }
+}
+
+/* Runs `j`: split with the helper thread when it is large and the helper is free, else here. */
+static void run(const struct job *j) {
+  if (j->n * j->k < (1L << 16) || j->n < 2) {
+    run_part(j, 0, j->n);
+    return;
+  }
+  pthread_once(&helper_once, start_helper);
+  if (!helper_started || atomic_flag_test_and_set_explicit(&in_use, memory_order_acquire)) {
+    run_part(j, 0, j->n);
+    return;
+  }
+  shared_job = *j;
+  long p = atomic_load_explicit(&posted, memory_order_relaxed) + 1;
+  pthread_mutex_lock(&wake_lock);
+  atomic_store_explicit(&posted, p, memory_order_release);
+  if (sleeping) pthread_cond_signal(&wake);
+  pthread_mutex_unlock(&wake_lock);
+  run_part(j, 0, j->n / 2);
+  while (atomic_load_explicit(&finished, memory_order_acquire) != p) relax();
+  atomic_flag_clear_explicit(&in_use, memory_order_release);
+}
+
+/* Whether burn-mlx's own matrix-vector loops run (BURN_MLX_GEMV=openblas: OpenBLAS's sgemv). */
+static int own_gemv(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("BURN_MLX_GEMV");
+    on = !(v && strcmp(v, "openblas") == 0);
+  }
+  return on;
+}
 
 /* BLAS leaves C unread when beta is 0, and MLX hands over fresh (uninitialised) memory: clear it
  * first, so that GEMV's scaling of y by 0 cannot turn a stale NaN into the result. */
@@ -42,8 +192,13 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
   if (m == 1) {
     /* c (1 x n) = a (1 x k) op(B) (k x n): y = op(B)ᵀ x. B is stored n x k when transposed,
      * k x n when not. The row of op(A) has stride lda when A is stored transposed (k x 1). */
-    if (beta == 0.0f) clear(c, n, 1);
     int incx = ta ? lda : 1;
+    if (own_gemv() && incx == 1) {
+      struct job j = {tb, n, k, ldb, 1, alpha, beta, b, a, c};
+      run(&j);
+      return;
+    }
+    if (beta == 0.0f) clear(c, n, 1);
     if (tb)
       scipy_cblas_sgemv(ROW_MAJOR, NO_TRANS, n, k, alpha, b, ldb, a, incx, beta, c, 1);
     else
@@ -51,8 +206,13 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
   } else {
     /* c (m x 1, stride ldc) = op(A) (m x k) b (k x 1). A is stored k x m when transposed. The
      * column of op(B) has stride ldb when B is stored as it is used (k x 1). */
-    if (beta == 0.0f) clear(c, m, ldc);
     int incx = tb ? 1 : ldb;
+    if (own_gemv() && incx == 1 && (!ta || ldc == 1)) {
+      struct job j = {!ta, m, k, lda, ldc, alpha, beta, a, b, c};
+      run(&j);
+      return;
+    }
+    if (beta == 0.0f) clear(c, m, ldc);
     if (ta)
       scipy_cblas_sgemv(ROW_MAJOR, TRANS, k, m, alpha, a, lda, b, incx, beta, c, ldc);
     else

@@ -421,7 +421,7 @@ mod linux {
         cmd.args(["-shared", "-fPIC", "-o"])
             .arg(&shim)
             .arg(&asm)
-            .arg("-O2")
+            .args(["-O3", "-pthread"])
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("blas_gemv.c"))
             .arg(format!("-L{}", libdir.display()))
             .arg("-lscipy_openblas")

@@ -579,8 +579,9 @@ diff!(matmul_non_contiguous, Tol::TRANS, FLOATS, |ctx| (
         .matmul(ctx.fl([2, 4, 3], (-1.0, 1.0), Layout::Broadcast)),
 ));
 
-// One row or one column: on the CPU these go to OpenBLAS's GEMV (mlx-sys/blas_gemv.c), for each
-// storage order of the two operands, batched, and with a strided operand.
+// One row or one column: on the CPU these go to burn-mlx's matrix-vector loops (mlx-sys/
+// blas_gemv.c; products of 2^16 weights or more split over two threads), for each storage order
+// of the two operands, small and large, batched, and with a strided operand.
 diff!(matmul_vector_shapes, Tol::TRANS, FLOATS, |ctx| {
     let lay = [Layout::Contig, Layout::Transposed];
     let mut rows = Vec::new();
@@ -594,6 +595,17 @@ diff!(matmul_vector_shapes, Tol::TRANS, FLOATS, |ctx| {
             rows.push(
                 ctx.fl::<2>([19, 33], (-1.0, 1.0), la)
                     .matmul(ctx.fl([33, 1], (-1.0, 1.0), lb))
+                    .transpose(),
+            );
+            // 300 x 257 weights: split between two threads.
+            rows.push(ctx.fl::<2>([1, 300], (-1.0, 1.0), la).matmul(ctx.fl(
+                [300, 257],
+                (-1.0, 1.0),
+                lb,
+            )));
+            rows.push(
+                ctx.fl::<2>([257, 300], (-1.0, 1.0), la)
+                    .matmul(ctx.fl([300, 1], (-1.0, 1.0), lb))
                     .transpose(),
             );
         }
