@@ -502,7 +502,7 @@ diff_int!(gather_scatter_select, INTS, |ctx| {
 });
 diff_int!(
     gather_nd_scatter_nd,
-    [DType::I64, DType::I32, DType::U8],
+    [DType::I64, DType::I32, DType::U64, DType::U8],
     |ctx| {
         let x = ctx.i::<3>([4, 5, 3], 0, 20);
         let i2 = ctx.idx::<2>([[0i64, 1], [3, 4], [2, 0]]);
