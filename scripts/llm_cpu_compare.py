@@ -9,9 +9,9 @@ runners take turns, round after round, and the table gives each one's median ove
 that the load of this shared machine falls on all of them alike.
 
 mlx-lm runs on the pip `mlx-cpu` wheel of the same MLX version, whose libmlx calls the wheel's
-reference BLAS. It is started with `LD_PRELOAD` of burn-mlx's BLAS forwarding library (OpenBLAS,
-see mlx-sys/blas.rs), so both runners multiply through the same BLAS and the comparison measures
-the runners.
+reference BLAS. It is started with `LD_PRELOAD` of burn-mlx's BLAS forwarding library (burn-mlx's
+matrix-vector loops and OpenBLAS, see mlx-sys/blas.rs), so both runners multiply through the same
+BLAS and the comparison measures the runners.
 
 Usage (after `cargo build --release -p burn-mlx-llm --bin llm`):
     python3 -m venv /tmp/mlxpy && /tmp/mlxpy/bin/pip install "mlx[cpu]==0.32.4" "mlx-lm==0.32.2"
