@@ -13,8 +13,8 @@
 //! before computing, so a decoder's per-token `[1, in] × [in, out]` product copied every weight
 //! on each token: measured on the LLM example's `small` preset (f32, 2 cores), decode went from
 //! 64-68 to 133-150 tokens/s when these products went to OpenBLAS's `sgemv` instead. `blas_gemv.c`
-//! now runs them through loops of its own, split over the calling thread and one helper thread
-//! for products of 2^16 weights or more: on a 2-core AMD EPYC VM (2026-12-02) decode went from
+//! now runs them through loops of its own, cut into parts for the calling thread and helper
+//! threads (one thread per online core in all, up to 8) for products of 2^16 weights or more: on a 2-core AMD EPYC VM (2026-12-02) decode went from
 //! 81-103 to 104-130 tokens/s against OpenBLAS's threaded `sgemv`, whose spinning workers
 //! competed with MLX's threads (`BURN_MLX_GEMV=openblas` selects it again).
 //!

@@ -9,9 +9,10 @@
  * products summed in another order (f32 rounding).
  *
  * The matrix-vector loops are plain C that the compiler vectorizes (sixteen running sums per
- * row); a product of at least 2^16 weights is split in two halves, one for the calling thread and
- * one for a helper thread that spins for a few hundred microseconds after each product (a decode step's
- * products come microseconds apart) and then sleeps. On a 2-core AMD EPYC VM OpenBLAS's threaded
+ * row); a product of at least 2^16 weights is cut into parts for the calling thread and helper
+ * threads (one thread per online core in all, up to 8, or BURN_MLX_GEMV_THREADS), which spin for
+ * a few hundred microseconds after each product (a decode step's products come microseconds
+ * apart) and then sleep. On a 2-core AMD EPYC VM OpenBLAS's threaded
  * sgemv and its spinning workers left a decode step at 1.5-2x the time the weights take to
  * stream from memory. BURN_MLX_GEMV=openblas sends these products to OpenBLAS's sgemv instead.
  *
@@ -85,13 +86,16 @@ static void run_part(const struct job *j, long lo, long hi) {
     gemv_cols(j->k, hi - lo, j->alpha, j->b + lo, j->ldb, j->x, j->beta, j->y + lo);
 }
 
-/* The helper thread's state: the job, and counters of jobs posted and finished. */
+/* The helper threads' state: the job, how many parts it is cut into, the jobs posted, and the
+ * helpers' parts finished of the current one. Helper i (1 to parts - 1) takes part i; the caller
+ * takes part 0. */
 static struct job shared_job;
-static atomic_long posted, finished;
+static int shared_parts;
+static atomic_long posted, parts_done;
 static atomic_flag in_use = ATOMIC_FLAG_INIT;
 static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static int sleeping;
+static int sleepers;
 
 static inline void relax(void) {
 #if defined(__x86_64__)
@@ -101,8 +105,13 @@ static inline void relax(void) {
 #endif
 }
 
-static void *helper_main(void *unused) {
-  (void)unused;
+/* Part `i` of `parts` of `j`: rows or columns [n i / parts, n (i + 1) / parts). */
+static void run_share(const struct job *j, int i, int parts) {
+  run_part(j, j->n * i / parts, j->n * (i + 1) / parts);
+}
+
+static void *helper_main(void *arg) {
+  int index = (int)(long)arg;
   long seen = 0;
   for (;;) {
     long p;
@@ -113,50 +122,62 @@ static void *helper_main(void *unused) {
         continue;
       }
       pthread_mutex_lock(&wake_lock);
-      sleeping = 1;
+      sleepers++;
       while (atomic_load_explicit(&posted, memory_order_acquire) == seen)
         pthread_cond_wait(&wake, &wake_lock);
-      sleeping = 0;
+      sleepers--;
       pthread_mutex_unlock(&wake_lock);
       spins = 0;
     }
     seen = p;
-    run_part(&shared_job, shared_job.n / 2, shared_job.n);
-    atomic_store_explicit(&finished, p, memory_order_release);
+    if (index < shared_parts) run_share(&shared_job, index, shared_parts);
+    atomic_fetch_add_explicit(&parts_done, 1, memory_order_release);
   }
   return NULL;
 }
 
 static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
-static int helper_started;
+static int helpers;
 
-static void start_helper(void) {
-  pthread_t t;
-  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2 && pthread_create(&t, NULL, helper_main, NULL) == 0) {
+/* Starts the helpers: BURN_MLX_GEMV_THREADS threads in all, or one per online core up to 8. */
+static void start_helpers(void) {
+  long want = sysconf(_SC_NPROCESSORS_ONLN);
+  const char *v = getenv("BURN_MLX_GEMV_THREADS");
+  if (v && atol(v) > 0) want = atol(v);
+  if (want > 8 && !v) want = 8;
+  for (long i = 1; i < want && i < 64; i++) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, helper_main, (void *)i) != 0) break;
     pthread_detach(t);
-    helper_started = 1;
+    helpers++;
   }
 }
 
-/* Runs `j`: split with the helper thread when it is large and the helper is free, else here. */
+/* Runs `j`: cut into parts for the caller and the helpers when it is large and the helpers are
+ * free (another thread's product may hold them), else here. */
 static void run(const struct job *j) {
   if (j->n * j->k < (1L << 16) || j->n < 2) {
     run_part(j, 0, j->n);
     return;
   }
-  pthread_once(&helper_once, start_helper);
-  if (!helper_started || atomic_flag_test_and_set_explicit(&in_use, memory_order_acquire)) {
+  pthread_once(&helper_once, start_helpers);
+  if (helpers == 0 || atomic_flag_test_and_set_explicit(&in_use, memory_order_acquire)) {
     run_part(j, 0, j->n);
     return;
   }
+  int parts = helpers + 1 < j->n ? helpers + 1 : (int)j->n;
   shared_job = *j;
+  shared_parts = parts;
+  atomic_store_explicit(&parts_done, 0, memory_order_relaxed);
   long p = atomic_load_explicit(&posted, memory_order_relaxed) + 1;
   pthread_mutex_lock(&wake_lock);
   atomic_store_explicit(&posted, p, memory_order_release);
-  if (sleeping) pthread_cond_signal(&wake);
+  if (sleepers) pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&wake_lock);
-  run_part(j, 0, j->n / 2);
-  while (atomic_load_explicit(&finished, memory_order_acquire) != p) relax();
+  run_share(j, 0, parts);
+  /* Every helper reports, also one without a part, so that none still reads the job when the
+   * next one is written. */
+  while (atomic_load_explicit(&parts_done, memory_order_acquire) != helpers) relax();
   atomic_flag_clear_explicit(&in_use, memory_order_release);
 }
 
