@@ -21,13 +21,16 @@ use std::time::{Duration, Instant};
 pub const PREFILL_CHUNK: usize = 512;
 
 /// Bytes of attention scores (counted at 4 bytes each) that one prefill chunk may hold off the
-/// GPU.
-const SCORE_BYTES: usize = 16 << 20;
+/// GPU. With burn-mlx's CPU primitives (fewer, larger ones than MLX's composed ops) more than one
+/// layer's scores are in memory at once, likely because MLX's CPU evaluation allocates outputs as
+/// it dispatches ahead of its worker thread: at 16 MiB the peak at 2,048 positions of the `small`
+/// preset was 1.34x weights + KV cache, at 8 MiB 1.14x (benches/llm.md, 2026-12-02).
+const SCORE_BYTES: usize = 8 << 20;
 
 /// Prompt positions per prefill step for `batch` prompts of `width` positions and `heads` query
 /// heads on `device`: [`PREFILL_CHUNK`] on an MLX GPU; elsewhere (MLX's CPU and other backends,
 /// whose attention forms its scores as arrays) the largest power of two up to
-/// [`PREFILL_CHUNK`], and at least 64, whose scores over the whole prompt fit in 16 MiB. The
+/// [`PREFILL_CHUNK`], and at least 64, whose scores over the whole prompt fit in 8 MiB. The
 /// memory peak then stays near weights + KV cache on a CPU at long prompts, at no measured cost
 /// in prefill speed (benches/llm.md, "prefill chunks").
 pub fn prefill_chunk<B: Backend>(

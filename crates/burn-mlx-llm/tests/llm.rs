@@ -890,20 +890,20 @@ fn long_prompt_prefills_in_chunks() {
     assert_eq!(tokens, want, "chunked and pipelined against one pass");
 }
 
-/// Off the GPU a prefill chunk's f32 scores over the whole prompt stay within 16 MiB (a power
+/// Off the GPU a prefill chunk's f32 scores over the whole prompt stay within 8 MiB (a power
 /// of two from 64 to `PREFILL_CHUNK` positions); an MLX GPU takes `PREFILL_CHUNK`.
 #[test]
 fn prefill_chunks_bound_the_scores_off_the_gpu() {
     let cpu = |batch, heads, width| prefill_chunk::<Mlx>(&MlxDevice::Cpu, batch, heads, width);
     assert_eq!(cpu(1, 8, 512), PREFILL_CHUNK);
-    assert_eq!(cpu(1, 8, 1920), 256);
-    assert_eq!(cpu(1, 16, 1920), 128);
+    assert_eq!(cpu(1, 8, 1920), 128);
+    assert_eq!(cpu(1, 16, 1920), 64);
     assert_eq!(cpu(4, 16, 2048), 64);
     assert_eq!(cpu(1, 8, 1), PREFILL_CHUNK);
     for (batch, heads, width) in [(1, 8, 1920), (2, 16, 1000), (1, 32, 700)] {
         let chunk = cpu(batch, heads, width);
         assert!(chunk.is_power_of_two());
-        assert!(batch * heads * chunk * width * 4 <= 16 << 20);
+        assert!(batch * heads * chunk * width * 4 <= 8 << 20);
     }
     let gpu = prefill_chunk::<Mlx>(&MlxDevice::Gpu, 4, 16, 2048);
     assert_eq!(gpu, PREFILL_CHUNK);
