@@ -45,6 +45,8 @@ int burn_mlx_fast_fail(const char* what);
 
 namespace {
 
+using Arrays = std::vector<mx::array>;
+
 // ---------------------------------------------------------------------------------------------
 // Element access
 
@@ -245,6 +247,26 @@ class CpuPrimitive : public mx::Primitive {
  public:
   explicit CpuPrimitive(mx::Stream stream) : mx::Primitive(stream) {}
 
+ protected:
+  // Allocates the outputs and runs `body(T{}, inputs, outputs)` on the CPU stream's thread, T the
+  // C++ type of the first input's dtype (the arrays as weak copies: MLX keeps their buffers alive
+  // until the task has run).
+  template <class Body>
+  void run_on_stream(
+      const std::vector<mx::array>& inputs,
+      std::vector<mx::array>& outputs,
+      Body body) {
+    auto& encoder = prepare(stream(), inputs, outputs);
+    encoder.dispatch([in = weak_copies(inputs),
+                      out = weak_copies(outputs),
+                      op = name(),
+                      body]() mutable {
+      by_float_dtype(in[0].dtype(), op, [&](auto t) { body(t, in, out); });
+    });
+  }
+
+ public:
+
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
     throw std::runtime_error(
         std::string("[") + name() +
@@ -278,29 +300,24 @@ class BurnMlxRmsNorm : public CpuPrimitive {
  public:
   BurnMlxRmsNorm(mx::Stream stream, float eps) : CpuPrimitive(stream), eps_(eps) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
-      override {
-    auto& encoder = prepare(stream(), inputs, outputs);
-    encoder.dispatch([in = weak_copies(inputs),
-                      out = mx::array::unsafe_weak_copy(outputs[0]),
-                      eps = eps_]() mutable {
-      by_float_dtype(out.dtype(), "BurnMlxRmsNorm", [&](auto t) {
-        using T = decltype(t);
-        std::vector<T> xs, ws;
-        const T* x = row_major(in[0], xs);
-        const T* w = row_major(in[1], ws);
-        T* y = out.data<T>();
-        const int n = in[0].shape().back();
-        const size_t rows = n == 0 ? 0 : in[0].size() / n;
-        for (size_t r = 0; r < rows; r++) {
-          const T* xr = x + r * n;
-          T* yr = y + r * n;
-          const float inv = 1.0f / std::sqrt(sum_squares(xr, n) / n + eps);
-          for (int i = 0; i < n; i++) {
-            yr[i] = static_cast<T>(widen(w[i]) * round_to<T>(widen(xr[i]) * inv));
-          }
+  void eval_cpu(const Arrays& inputs, Arrays& outputs) override {
+    run_on_stream(inputs, outputs, [eps = eps_](auto t, Arrays& in, Arrays& outs) {
+      using T = decltype(t);
+      mx::array& out = outs[0];
+      std::vector<T> xs, ws;
+      const T* x = row_major(in[0], xs);
+      const T* w = row_major(in[1], ws);
+      T* y = out.data<T>();
+      const int n = in[0].shape().back();
+      const size_t rows = n == 0 ? 0 : in[0].size() / n;
+      for (size_t r = 0; r < rows; r++) {
+        const T* xr = x + r * n;
+        T* yr = y + r * n;
+        const float inv = 1.0f / std::sqrt(sum_squares(xr, n) / n + eps);
+        for (int i = 0; i < n; i++) {
+          yr[i] = static_cast<T>(widen(w[i]) * round_to<T>(widen(xr[i]) * inv));
         }
-      });
+      }
     });
   }
 
@@ -363,38 +380,33 @@ class BurnMlxRope : public CpuPrimitive {
  public:
   BurnMlxRope(mx::Stream stream, bool inverse) : CpuPrimitive(stream), inverse_(inverse) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
-      override {
-    auto& encoder = prepare(stream(), inputs, outputs);
-    encoder.dispatch([in = weak_copies(inputs),
-                      out = mx::array::unsafe_weak_copy(outputs[0]),
-                      inverse = inverse_]() mutable {
-      by_float_dtype(out.dtype(), "BurnMlxRope", [&](auto t) {
-        using T = decltype(t);
-        std::vector<T> xs;
-        std::vector<float> fs, c, sn;
-        const T* x = row_major(in[0], xs);
-        const float* f = row_major(in[1], fs);
-        const int64_t offset = one_integer(in[2], "BurnMlxRope");
-        const auto& shape = in[0].shape();
-        const int d = shape.back();
-        const int seq = shape[shape.size() - 2];
-        const int half = d / 2;
-        const size_t lead = seq * d == 0 ? 0 : in[0].size() / (static_cast<size_t>(seq) * d);
-        angles(offset, seq, f, half, inverse, c, sn);
-        std::vector<float> a(half), b(half);
-        T* y = out.data<T>();
-        for (size_t l = 0; l < lead; l++) {
-          for (int s = 0; s < seq; s++) {
-            const size_t row = (l * seq + s) * d;
-            for (int i = 0; i < half; i++) {
-              a[i] = widen(x[row + i]);
-              b[i] = widen(x[row + half + i]);
-            }
-            rotate(a.data(), b.data(), &c[s * half], &sn[s * half], half, y + row);
+  void eval_cpu(const Arrays& inputs, Arrays& outputs) override {
+    run_on_stream(inputs, outputs, [inverse = inverse_](auto t, Arrays& in, Arrays& outs) {
+      using T = decltype(t);
+      mx::array& out = outs[0];
+      std::vector<T> xs;
+      std::vector<float> fs, c, sn;
+      const T* x = row_major(in[0], xs);
+      const float* f = row_major(in[1], fs);
+      const int64_t offset = one_integer(in[2], "BurnMlxRope");
+      const auto& shape = in[0].shape();
+      const int d = shape.back();
+      const int seq = shape[shape.size() - 2];
+      const int half = d / 2;
+      const size_t lead = seq * d == 0 ? 0 : in[0].size() / (static_cast<size_t>(seq) * d);
+      angles(offset, seq, f, half, inverse, c, sn);
+      std::vector<float> a(half), b(half);
+      T* y = out.data<T>();
+      for (size_t l = 0; l < lead; l++) {
+        for (int s = 0; s < seq; s++) {
+          const size_t row = (l * seq + s) * d;
+          for (int i = 0; i < half; i++) {
+            a[i] = widen(x[row + i]);
+            b[i] = widen(x[row + half + i]);
           }
+          rotate(a.data(), b.data(), &c[s * half], &sn[s * half], half, y + row);
         }
-      });
+      }
     });
   }
 
@@ -464,14 +476,10 @@ class BurnMlxQkvHeads : public InferencePrimitive {
  public:
   BurnMlxQkvHeads(mx::Stream stream, QkvParams p) : InferencePrimitive(stream), p_(p) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
-      override {
-    auto& encoder = prepare(stream(), inputs, outputs);
-    encoder.dispatch([in = weak_copies(inputs), out = weak_copies(outputs), p = p_]() mutable {
-      by_float_dtype(in[0].dtype(), "BurnMlxQkvHeads", [&](auto t) {
-        using T = decltype(t);
-        run<T>(in, out, p);
-      });
+  void eval_cpu(const Arrays& inputs, Arrays& outputs) override {
+    run_on_stream(inputs, outputs, [p = p_](auto t, Arrays& in, Arrays& out) {
+      using T = decltype(t);
+      run<T>(in, out, p);
     });
   }
 
@@ -562,14 +570,10 @@ class BurnMlxDecodeAttention : public InferencePrimitive {
   BurnMlxDecodeAttention(mx::Stream stream, AttentionParams p)
       : InferencePrimitive(stream), p_(p) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
-      override {
-    auto& encoder = prepare(stream(), inputs, outputs);
-    encoder.dispatch([in = weak_copies(inputs), out = weak_copies(outputs), p = p_]() mutable {
-      by_float_dtype(in[0].dtype(), "BurnMlxDecodeAttention", [&](auto t) {
-        using T = decltype(t);
-        run<T>(in, out[0], p);
-      });
+  void eval_cpu(const Arrays& inputs, Arrays& outputs) override {
+    run_on_stream(inputs, outputs, [p = p_](auto t, Arrays& in, Arrays& out) {
+      using T = decltype(t);
+      run<T>(in, out[0], p);
     });
   }
 
@@ -668,30 +672,26 @@ class BurnMlxGated : public InferencePrimitive {
  public:
   BurnMlxGated(mx::Stream stream, bool gelu) : InferencePrimitive(stream), gelu_(gelu) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
-      override {
-    auto& encoder = prepare(stream(), inputs, outputs);
-    encoder.dispatch([in = weak_copies(inputs), out = weak_copies(outputs), gelu = gelu_]() mutable {
-      by_float_dtype(in[0].dtype(), "BurnMlxGated", [&](auto t) {
-        using T = decltype(t);
-        std::vector<T> gu_s;
-        const T* gu = row_major(in[0], gu_s);
-        const size_t rows = in[0].shape(0);
-        const size_t i_n = in[0].shape(1) / 2;
-        T* y = out[0].data<T>();
-        for (size_t r = 0; r < rows; r++) {
-          const T* g = gu + r * 2 * i_n;
-          const T* u = g + i_n;
-          T* yr = y + r * i_n;
-          for (size_t i = 0; i < i_n; i++) {
-            const float x = widen(g[i]);
-            const float act = gelu
-                ? 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)))
-                : x / (1.0f + std::exp(-x));
-            yr[i] = static_cast<T>(act * widen(u[i]));
-          }
+  void eval_cpu(const Arrays& inputs, Arrays& outputs) override {
+    run_on_stream(inputs, outputs, [gelu = gelu_](auto t, Arrays& in, Arrays& out) {
+      using T = decltype(t);
+      std::vector<T> gu_s;
+      const T* gu = row_major(in[0], gu_s);
+      const size_t rows = in[0].shape(0);
+      const size_t i_n = in[0].shape(1) / 2;
+      T* y = out[0].data<T>();
+      for (size_t r = 0; r < rows; r++) {
+        const T* g = gu + r * 2 * i_n;
+        const T* u = g + i_n;
+        T* yr = y + r * i_n;
+        for (size_t i = 0; i < i_n; i++) {
+          const float x = widen(g[i]);
+          const float act = gelu
+              ? 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)))
+              : x / (1.0f + std::exp(-x));
+          yr[i] = static_cast<T>(act * widen(u[i]));
         }
-      });
+      }
     });
   }
 
@@ -850,8 +850,9 @@ extern "C" int burn_mlx_cpu_qkv_heads(
             " sequences of " + std::to_string(hq) + " + 2 x " + std::to_string(hkv) +
             " heads of " + std::to_string(d) + " (float, on the CPU)");
     const int seq = qkv.shape(0) / batch;
-    auto qw = mx::astype(mlx_array_get_(qw_), qkv.dtype(), s);
-    auto kw = mx::astype(mlx_array_get_(kw_), qkv.dtype(), s);
+    // Without norms the weights are not read: `qkv` stands in for them (no cast to add).
+    auto qw = norm ? mx::astype(mlx_array_get_(qw_), qkv.dtype(), s) : qkv;
+    auto kw = norm ? mx::astype(mlx_array_get_(kw_), qkv.dtype(), s) : qkv;
     auto freqs = mx::astype(mlx_array_get_(freqs_), mx::float32, s);
     if (norm) {
       check(
