@@ -131,7 +131,7 @@ static void *helper_main(void *arg) {
     }
     seen = p;
     if (index < shared_parts) run_share(&shared_job, index, shared_parts);
-    atomic_fetch_add_explicit(&parts_done, 1, memory_order_release);
+    atomic_fetch_add(&parts_done, 1);
   }
   return NULL;
 }
@@ -171,14 +171,14 @@ static void run(const struct job *j) {
   atomic_store_explicit(&parts_done, 0, memory_order_relaxed);
   long p = atomic_load_explicit(&posted, memory_order_relaxed) + 1;
   pthread_mutex_lock(&wake_lock);
-  atomic_store_explicit(&posted, p, memory_order_release);
+  atomic_store(&posted, p);
   if (sleepers) pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&wake_lock);
   run_share(j, 0, parts);
   /* Every helper reports, also one without a part, so that none still reads the job when the
    * next one is written. */
   while (atomic_load_explicit(&parts_done, memory_order_acquire) != helpers) relax();
-  atomic_flag_clear_explicit(&in_use, memory_order_release);
+  atomic_flag_clear(&in_use);
 }
 
 /* Whether burn-mlx's own matrix-vector loops run (BURN_MLX_GEMV=openblas: OpenBLAS's sgemv). */
