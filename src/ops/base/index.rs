@@ -70,37 +70,6 @@ fn drop_out_of_range(values: &Array, indices: &Array, n: i32) -> MlxResult {
     ops::select(&ok, values, &zero)
 }
 
-/// `f(a, updates)`, an MLX `scatter` (the `Scatter` primitive) of `updates` into `a`, for any
-/// dtype. MLX's GPU `scatter` takes no uint64 arrays ("GPU scatter does not yet support
-/// uint64"), so a uint64 scatter goes through int64, on every device (the CPU tests check the
-/// route): the same bits, which assignments, sums and products (wrapping alike) keep; for `min`
-/// and `max` (`order`) with the top bit flipped first, which makes int64's order uint64's.
-fn scatter_any(
-    a: &Array,
-    updates: &Array,
-    order: bool,
-    f: impl FnOnce(&Array, &Array) -> MlxResult,
-) -> MlxResult {
-    if a.dtype() != Dtype::Uint64 {
-        return f(a, updates);
-    }
-    let top = Array::from_slice(&[1u64 << 63], &[]);
-    let to_signed = |x: &Array| -> MlxResult {
-        let x = if order {
-            native::bitwise_xor(x, &top).map_err(|e| Exception::custom(e.to_string()))?
-        } else {
-            x.clone()
-        };
-        x.as_dtype(Dtype::Int64)
-    };
-    let out = f(&to_signed(a)?, &to_signed(updates)?)?.as_dtype(Dtype::Uint64)?;
-    if order {
-        native::bitwise_xor(&out, &top).map_err(|e| Exception::custom(e.to_string()))
-    } else {
-        Ok(out)
-    }
-}
-
 /// Burn's `scatter_add`: adds `value` into `t` at `indices` along `dim`.
 pub(crate) fn scatter_add(
     dim: usize,
@@ -176,9 +145,7 @@ pub(crate) fn select_add(
             per_slice[0] = count;
             let updates = drop_out_of_range(&updates, &idx.reshape(&per_slice)?, n)?;
             let idx = clamp_indices(&idx, n, t.device == MlxDevice::Gpu)?;
-            scatter_any(&t.array, &updates, false, |a, u| {
-                ops::indexing::scatter_add_single(a, &idx, u, dim as i32)
-            })
+            ops::indexing::scatter_add_single(&t.array, &idx, &updates, dim as i32)
         })
         .or_panic("select_add", &[&t.array, &indices.array, &value.array]);
     t.with(out)
@@ -269,14 +236,13 @@ pub(crate) fn scatter_nd(
         let updates = vals.reshape(&upd_shape)?;
         let flat = nd_flatten(a, k)?;
         let linear = clamp_indices(&linear, flat.shape()[0], gpu)?;
-        let order = matches!(reduction, Op::Min | Op::Max);
-        let out = scatter_any(&flat, &updates, order, |a, u| match reduction {
-            Op::Assign => ops::indexing::scatter_single(a, &linear, u, 0),
-            Op::Add => ops::indexing::scatter_add_single(a, &linear, u, 0),
-            Op::Mul => ops::indexing::scatter_prod_single(a, &linear, u, 0),
-            Op::Min => ops::indexing::scatter_min_single(a, &linear, u, 0),
-            Op::Max => ops::indexing::scatter_max_single(a, &linear, u, 0),
-        })?;
+        let out = match reduction {
+            Op::Assign => ops::indexing::scatter_single(&flat, &linear, &updates, 0)?,
+            Op::Add => ops::indexing::scatter_add_single(&flat, &linear, &updates, 0)?,
+            Op::Mul => ops::indexing::scatter_prod_single(&flat, &linear, &updates, 0)?,
+            Op::Min => ops::indexing::scatter_min_single(&flat, &linear, &updates, 0)?,
+            Op::Max => ops::indexing::scatter_max_single(&flat, &linear, &updates, 0)?,
+        };
         out.reshape(&dims)
     })
 }
