@@ -14,9 +14,11 @@
 //! on each token: measured on the LLM example's `small` preset (f32, 2 cores), decode went from
 //! 64-68 to 133-150 tokens/s when these products went to OpenBLAS's `sgemv` instead. `blas_gemv.c`
 //! now runs them through loops of its own, cut into parts for the calling thread and helper
-//! threads (one thread per online core in all, up to 8) for products of 2^16 weights or more: on a 2-core AMD EPYC VM (2026-12-02) decode went from
-//! 81-103 to 104-130 tokens/s against OpenBLAS's threaded `sgemv`, whose spinning workers
-//! competed with MLX's threads (`BURN_MLX_GEMV=openblas` selects it again).
+//! threads (one thread per online core in all, up to 8) for products of 2^16 weights or more.
+//! On a 2-core AMD EPYC VM (2026-12-02, `llm --bench --preset small --dtype f32`, the same binary
+//! with and without `BURN_MLX_GEMV=openblas` in alternating rounds, benches/llm.md) decode went
+//! from 82.7-100.1 to 99.9-133.1 tokens/s (0.997-1.54x round by round): OpenBLAS's spinning
+//! workers competed with MLX's threads for the two cores.
 //!
 //! Kernel choice: OpenBLAS picks its kernels when it loads (`DYNAMIC_ARCH`), and honours
 //! `OPENBLAS_CORETYPE` when that is set. The 0.3.34 build of the wheel picks SkylakeX (AVX-512)

@@ -63,16 +63,22 @@ pub(super) fn fast_op(
     f: impl FnOnce(*mut mlx_array, mlx_stream) -> std::os::raw::c_int,
 ) -> Result<Array, mlx_rs::error::Exception> {
     array_op(op, f).map_err(|e| {
-        // SAFETY: the entry returns a NUL-terminated string owned by this thread, unchanged
-        // until this thread's next failing call; it is copied here.
-        let what = unsafe { std::ffi::CStr::from_ptr(mlx_sys::burn_mlx_fast_last_error()) };
-        let what = what.to_string_lossy();
+        let what = fast_last_error();
         if what.is_empty() {
             mlx_rs::error::Exception::custom(e.to_string())
         } else {
             mlx_rs::error::Exception::custom(MlxError::mlx(op, what).to_string())
         }
     })
+}
+
+/// The calling thread's last failure message from burn-mlx's native entries
+/// (`burn_mlx_fast_last_error`), or "" if none.
+pub(super) fn fast_last_error() -> String {
+    // SAFETY: the entry returns a NUL-terminated string owned by this thread, unchanged until
+    // this thread's next failing call; it is copied here.
+    let what = unsafe { std::ffi::CStr::from_ptr(mlx_sys::burn_mlx_fast_last_error()) };
+    what.to_string_lossy().into_owned()
 }
 
 macro_rules! fast_unary_ffi {

@@ -3,7 +3,7 @@
 //! QKV heads, attention and gated activation. Each runs on the thread's default stream; errors
 //! carry MLX's message.
 
-use super::array::fast_op;
+use super::array::{fast_last_error, fast_op};
 use super::init;
 use crate::error::MlxError;
 use mlx_rs::{Array, Stream};
@@ -96,7 +96,7 @@ pub(crate) fn qkv_heads(
         let out = if rc == 0 {
             Ok(super::custom_vjp::read(res))
         } else {
-            Err(last_error("qkv_heads"))
+            Err(MlxError::mlx("qkv_heads", fast_last_error()))
         };
         mlx_sys::mlx_vector_array_free(res);
         out
@@ -145,12 +145,4 @@ pub(crate) fn gated(gu: &Array, gelu: bool) -> Result<Array, mlx_rs::error::Exce
     fast_op("gated", |res, s| unsafe {
         mlx_sys::burn_mlx_cpu_gated(res, gu.as_ptr(), gelu, s)
     })
-}
-
-/// The calling thread's last message from burn-mlx's native entries, as an error of `op`.
-fn last_error(op: &str) -> MlxError {
-    // SAFETY: the entry returns a NUL-terminated string owned by this thread, unchanged until
-    // this thread's next failing call; it is copied here.
-    let what = unsafe { std::ffi::CStr::from_ptr(mlx_sys::burn_mlx_fast_last_error()) };
-    MlxError::mlx(op, what.to_string_lossy())
 }

@@ -429,6 +429,13 @@ fn cpu_norm_and_rope_gradients_match_the_composed_ops() {
         x: Param::from_tensor(Tensor::<Mlx, 4>::from_data(xd, &MD)),
         w: Param::from_tensor(Tensor::<Mlx, 1>::from_data(wd, &MD)),
     };
+    // The loss on plain Mlx is built from burn-mlx's primitives, not MLX's composed ops: what
+    // the gradients below differentiate.
+    let graph = burn_mlx::to_mlx(norm_rope_loss(model.x.val(), model.w.val(), &freqs))
+        .expect("a tensor of Mlx");
+    let kinds = burn_mlx::pending_primitives(&[&graph]).expect("the pending graph");
+    assert_eq!(kinds.get("BurnMlxRmsNorm"), Some(&1), "{kinds:?}");
+    assert_eq!(kinds.get("BurnMlxRope"), Some(&2), "{kinds:?}");
     let (loss, grads) = burn_mlx::grad::value_and_grad(&model, |m: &NormRope<Mlx>| {
         norm_rope_loss(m.x.val(), m.w.val(), &freqs)
     })

@@ -24,7 +24,8 @@ pub const PREFILL_CHUNK: usize = 512;
 /// GPU. With burn-mlx's CPU primitives (fewer, larger ones than MLX's composed ops) more than one
 /// layer's scores are in memory at once, likely because MLX's CPU evaluation allocates outputs as
 /// it dispatches ahead of its worker thread: at 16 MiB the peak at 2,048 positions of the `small`
-/// preset was 1.34x weights + KV cache, at 8 MiB 1.14x (benches/llm.md, 2026-12-02).
+/// preset (`--prompt-len 1920 --max-tokens 128`) was 1.33x weights + KV cache, at 8 MiB 1.14x
+/// (benches/llm.md, 2026-12-02).
 const SCORE_BYTES: usize = 8 << 20;
 
 /// Prompt positions per prefill step for `batch` prompts of `width` positions and `heads` query
